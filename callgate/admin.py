@@ -1,0 +1,69 @@
+"""Django admin for projects, members, agents and keys (keys are issued by a command or
+the admin action below; the plain key is shown once in a message and never stored)."""
+from django.contrib import admin, messages
+
+from callgate.auth import api_key_issue, api_key_revoke
+from callgate.models import Agent, ApiKey, Membership, Project, ToolContract
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "retention_days", "created_at"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "project", "role"]
+    list_filter = ["role", "project"]
+    autocomplete_fields = ["user", "project"]
+
+
+@admin.action(description="Issue a new API key (shown once)")
+def issue_key(modeladmin, request, queryset):
+    for agent in queryset:
+        issued = api_key_issue(agent=agent, name="admin")
+        messages.warning(request, f"Key for {agent.name} (copy it now, it is not shown again): {issued.plain}")
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ["name", "project", "webhook_url", "created_at"]
+    list_filter = ["project"]
+    search_fields = ["name"]
+    actions = [issue_key]
+
+
+@admin.action(description="Revoke selected keys")
+def revoke_keys(modeladmin, request, queryset):
+    for key in queryset:
+        api_key_revoke(api_key=key)
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "agent", "project", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["project"]
+    readonly_fields = ["project", "agent", "prefix", "digest", "last4", "created_at", "last_used_at", "revoked_at"]
+    actions = [revoke_keys]
+
+    def has_add_permission(self, request):
+        return False  # keys are issued from the Agent admin action or `create_agent_key`
+
+
+@admin.register(ToolContract)
+class ToolContractAdmin(admin.ModelAdmin):
+    list_display = ["name", "version", "project", "effect", "idempotent", "lint_score", "created_at"]
+    list_filter = ["project", "effect"]
+    search_fields = ["name"]
+
+    def has_change_permission(self, request, obj=None):
+        return False  # versions are immutable; register a new one through the API

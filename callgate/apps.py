@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class CallgateConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "callgate"
+    verbose_name = "callgate"

@@ -1,0 +1,112 @@
+"""API keys: issuing, authenticating and masking them.
+
+A key looks like ``cg_<prefix>_<secret>``: ``prefix`` is 8 hex characters used to find the
+row, ``secret`` is ``secrets.token_urlsafe(32)`` (256 bits). Only the SHA-256 digest of the
+whole key and its last four characters are stored (OWASP ASVS 6.5.2, 11.5.1); the digest is
+compared in constant time (``hmac.compare_digest``). Keys are accepted only in the
+``Authorization: Bearer`` header, never in a URL (ASVS 14.2.1), and masked in logs.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from callgate.models import Agent, ApiKey
+
+KEY_PATTERN = re.compile(r"^cg_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
+#: last_used_at is written at most this often per key (seconds), to keep the hot path cheap.
+LAST_USED_RESOLUTION = 60
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    api_key: ApiKey
+    plain: str  # shown once, never stored
+
+
+def api_key_issue(*, agent: Agent, name: str = "") -> IssuedKey:
+    """Create a key for ``agent``. Returns the row and the plain key (shown exactly once)."""
+    while True:
+        prefix = secrets.token_hex(4)
+        if not ApiKey.objects.filter(prefix=prefix).exists():
+            break
+    plain = f"cg_{prefix}_{secrets.token_urlsafe(32)}"
+    row = ApiKey.objects.create(
+        project=agent.project, agent=agent, name=name, prefix=prefix, digest=_digest(plain), last4=plain[-4:]
+    )
+    return IssuedKey(api_key=row, plain=plain)
+
+
+def api_key_revoke(*, api_key: ApiKey) -> None:
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def api_key_verify(plain: str) -> ApiKey | None:
+    """The active key matching ``plain``, or None. Constant-time digest comparison."""
+    match = KEY_PATTERN.match(plain)
+    if not match:
+        return None
+    row = ApiKey.objects.select_related("agent", "project").filter(prefix=match.group(1)).first()
+    if row is None or not hmac.compare_digest(row.digest, _digest(plain)) or row.revoked_at is not None:
+        return None
+    now = timezone.now()
+    if row.last_used_at is None or (now - row.last_used_at).total_seconds() > LAST_USED_RESOLUTION:
+        transaction.on_commit(lambda: ApiKey.objects.filter(pk=row.pk).update(last_used_at=now))
+        row.last_used_at = now
+    return row
+
+
+class AgentPrincipal:
+    """``request.user`` for key-authenticated requests: the agent, never a Django user."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_staff = False
+
+    def __init__(self, api_key: ApiKey):
+        self.api_key = api_key
+        self.agent = api_key.agent
+        self.project = api_key.project
+
+    def __str__(self) -> str:
+        return f"agent:{self.agent.name}"
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """``Authorization: Bearer cg_…``. Sets ``request.user`` to an ``AgentPrincipal`` and
+    ``request.auth`` to the ``ApiKey``. A malformed or unknown key is a 401 with a message
+    that says which; no header at all falls through to the next authenticator."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request)
+        if not header:
+            return None
+        try:
+            text = header.decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("Authorization header must be ASCII: 'Bearer <api key>'.")
+        parts = text.split()
+        if len(parts) != 2 or parts[0].lower() != "bearer":
+            raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <api key>'.")
+        if not KEY_PATTERN.match(parts[1]):
+            raise exceptions.AuthenticationFailed("Malformed API key: expected 'cg_<8 hex>_<43 characters>'.")
+        api_key = api_key_verify(parts[1])
+        if api_key is None:
+            raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
+        return AgentPrincipal(api_key), api_key
+
+    def authenticate_header(self, request) -> str:
+        return 'Bearer realm="callgate"'

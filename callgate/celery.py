@@ -1,0 +1,12 @@
+"""The Celery application. Settings come from Django's settings under the CELERY_ namespace."""
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "callgate.settings")
+
+app = Celery("callgate")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

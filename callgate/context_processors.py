@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+
+from callgate.access import user_projects
+
+#: (key, label, url name) of the main navigation; a page's view sets ``nav_active`` to its key.
+NAV = [
+    ("calls", "Calls", "callgate:calls"),
+    ("review", "Review", "reviews:queue"),
+    ("reports", "Reports", "callgate:reports"),
+    ("contracts", "Contracts", "callgate:contracts"),
+    ("agents", "Agents", "callgate:agents"),
+]
+
+
+def navigation(request: HttpRequest) -> dict:
+    """The project switcher's list, the current project (set by ``project_view``) and the
+    main navigation with the open review count."""
+    if not getattr(request, "user", None) or not request.user.is_authenticated:
+        return {}
+    project = getattr(request, "project", None)
+    links = []
+    if project is not None:
+        from reviews.selectors import open_item_count
+
+        for key, label, name in NAV:
+            try:
+                url = reverse(name, args=[project.slug])
+            except NoReverseMatch:  # a page that this installation does not serve
+                continue
+            links.append({"key": key, "label": label, "url": url,
+                          "count": open_item_count(project=project) if key == "review" else 0})
+    return {
+        "nav_projects": user_projects(request.user).only("slug", "name"),
+        "project": project,
+        "membership": getattr(request, "membership", None),
+        "nav_links": links,
+    }

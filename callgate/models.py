@@ -1,0 +1,284 @@
+"""callgate's core domain: tenancy and keys, tool contracts, tool calls and their events.
+
+The review queue lives in ``reviews.models``. State changes of a ``ToolCall`` happen only
+in ``callgate.lifecycle`` (the transition table) through ``callgate.services``.
+"""
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from callgate.taxonomy import Category, Reason, Route
+
+
+class Project(models.Model):
+    """The tenant. Everything else belongs to exactly one project."""
+
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=50, unique=True)
+    retention_days = models.PositiveIntegerField(
+        default=90, help_text="Events older than this many days are purged by the retention job."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        VIEWER = "viewer", "Viewer"
+        OPERATOR = "operator", "Operator"
+        MANAGER = "manager", "Manager"
+        ADMIN = "admin", "Admin"
+
+    RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.MANAGER: 2, Role.ADMIN: 3}
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "project"], name="membership_unique_user_project")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} as {self.role}"
+
+    def has_role(self, role: str) -> bool:
+        """True when this membership's role is ``role`` or a higher one."""
+        return self.RANK[self.Role(self.role)] >= self.RANK[self.Role(role)]
+
+
+class Agent(models.Model):
+    """An LLM agent (or agent runtime) that reports tool calls with its API keys."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    webhook_url = models.URLField(blank=True, help_text="Review decisions are POSTed here, signed.")
+    webhook_secret = models.CharField(max_length=128, blank=True, help_text="HMAC-SHA256 key for webhooks.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="agent_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """An agent's credential. Only a SHA-256 digest and the last four characters are kept."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_keys")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, unique=True)  # public look-up part of the key
+    digest = models.CharField(max_length=64)  # hex SHA-256 of the whole key
+    last4 = models.CharField(max_length=4)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"cg_{self.prefix}_…{self.last4}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class ToolContract(models.Model):
+    """One immutable version of a tool's contract (name + version within a project)."""
+
+    class Effect(models.TextChoices):
+        READ = "read", "Read"
+        WRITE = "write", "Write"
+
+    class ReconcileMethod(models.TextChoices):
+        NONE = "none", "None"
+        AGENT = "agent", "Reported by the agent"
+        HTTP = "http", "HTTP look-up"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="contracts")
+    name = models.CharField(max_length=128)
+    version = models.PositiveIntegerField()
+    label = models.CharField(max_length=64, blank=True, help_text="The agent's own version label.")
+    description = models.TextField(blank=True)
+    parameters = models.JSONField(help_text="JSON Schema (draft 2020-12) of the arguments.")
+    effect = models.CharField(max_length=8, choices=Effect.choices, default=Effect.READ)
+    idempotent = models.BooleanField(default=False, help_text="The target dedupes by operation ID.")
+    reconcile_method = models.CharField(max_length=8, choices=ReconcileMethod.choices, default=ReconcileMethod.NONE)
+    reconcile_url = models.CharField(max_length=500, blank=True, help_text="URL template with {operation_id}.")
+    max_attempts = models.PositiveIntegerField(default=3)
+    max_reasks = models.PositiveIntegerField(default=2)
+    retry_initial_interval = models.FloatField(default=1.0)  # seconds
+    retry_backoff_coefficient = models.FloatField(default=2.0)
+    retry_maximum_interval = models.FloatField(default=60.0)  # seconds
+    deadline_seconds = models.PositiveIntegerField(null=True, blank=True)
+    requires_approval = models.BooleanField(default=False)
+    approval_timeout_seconds = models.PositiveIntegerField(default=15 * 60)
+    sensitive_fields = models.JSONField(default=list, blank=True)
+    digest = models.CharField(max_length=64)  # SHA-256 of the canonical contract body
+    lint_score = models.PositiveIntegerField(default=100)
+    lint_findings = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name", "version"], name="contract_unique_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version}"
+
+    @property
+    def reconcilable(self) -> bool:
+        return self.reconcile_method != self.ReconcileMethod.NONE
+
+
+class AgentTool(models.Model):
+    """A tool name an agent registered: the set that ``unknown_tool`` checks against."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tools")
+    name = models.CharField(max_length=128)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "name"], name="agenttool_unique")]
+
+
+class ToolCall(models.Model):
+    """One operation: everything callgate knows about one tool call, keyed by operation ID."""
+
+    class State(models.TextChoices):
+        PENDING_APPROVAL = "pending_approval", "Waiting for approval"
+        ALLOWED = "allowed", "Allowed"
+        RETRY_WAIT = "retry_wait", "Waiting to retry"
+        RECONCILING = "reconciling", "Reconciling"
+        IN_REVIEW = "in_review", "In review"
+        SUCCEEDED = "succeeded", "Succeeded"
+        REJECTED = "rejected", "Rejected at the gate"
+        FAILED = "failed", "Failed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="calls")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="calls")
+    operation_id = models.CharField(max_length=200)
+    request_id = models.CharField(max_length=200, blank=True)
+    conversation_id = models.CharField(max_length=200, blank=True)
+    trace_id = models.CharField(max_length=200, blank=True)
+    call_id = models.CharField(max_length=200, blank=True, help_text="The provider's tool-call ID.")
+    actor = models.CharField(max_length=200, blank=True, help_text="The end user the agent acts for.")
+    provider_format = models.CharField(max_length=20, blank=True)
+    tool_name = models.CharField(max_length=128, blank=True)
+    contract = models.ForeignKey(ToolContract, null=True, blank=True, on_delete=models.PROTECT, related_name="calls")
+    arguments = models.JSONField(null=True, blank=True)  # redacted before storage
+    arguments_digest = models.CharField(max_length=64, blank=True)  # of the canonical, unredacted arguments
+
+    state = models.CharField(max_length=20, choices=State.choices)
+    reason = models.CharField(max_length=32, choices=Reason.choices, blank=True)
+    category = models.CharField(max_length=20, choices=Category.choices, blank=True)
+    route = models.CharField(max_length=20, choices=Route.choices, blank=True)
+    observation = models.TextField(blank=True)
+
+    attempts = models.PositiveIntegerField(default=0)
+    duplicates_suppressed = models.PositiveIntegerField(default=0)
+    receipt = models.JSONField(null=True, blank=True)
+    receipt_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    approval_expires_at = models.DateTimeField(null=True, blank=True)
+    reconcile_requested_at = models.DateTimeField(null=True, blank=True)
+
+    decision = models.CharField(max_length=20, blank=True)
+    decision_reason = models.TextField(blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "operation_id"], name="toolcall_unique_operation"),
+        ]
+        indexes = [
+            # calls list: newest first within a project
+            models.Index(fields=["project", "-created_at"], name="toolcall_project_recent"),
+            # calls list filtered by reason / state
+            models.Index(fields=["project", "reason", "-created_at"], name="toolcall_project_reason"),
+            models.Index(fields=["project", "state"], name="toolcall_project_state"),
+            # a later event naming its call by call_id within request_id
+            models.Index(fields=["project", "request_id", "call_id"], name="toolcall_request_call"),
+            # rollup refresh: calls changed since a watermark
+            models.Index(fields=["updated_at"], name="toolcall_updated"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name or '?'} {self.operation_id}"
+
+
+class CallEvent(models.Model):
+    """Append-only: what the agent reported, and what callgate or an operator decided."""
+
+    class Kind(models.TextChoices):
+        PROPOSED = "proposed", "Proposed"
+        ATTEMPT = "attempt", "Attempt"
+        DENIED = "denied", "Denied"
+        RECONCILED = "reconciled", "Reconciled"
+        RECEIPT = "receipt", "Receipt"
+        DECISION = "decision", "Decision"
+        APPROVAL_EXPIRED = "approval_expired", "Approval expired"
+
+    class Source(models.TextChoices):
+        AGENT = "agent", "Agent"
+        CALLGATE = "callgate", "callgate"
+        OPERATOR = "operator", "Operator"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="events")
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="events")
+    event_id = models.UUIDField(default=uuid.uuid4)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.AGENT)
+    body = models.JSONField()  # redacted
+    occurred_at = models.DateTimeField()
+    received_at = models.DateTimeField(default=timezone.now)
+    reason = models.CharField(max_length=32, choices=Reason.choices, blank=True)
+    category = models.CharField(max_length=20, choices=Category.choices, blank=True)
+    route = models.CharField(max_length=20, choices=Route.choices, blank=True)
+    observation = models.TextField(blank=True)
+    state_before = models.CharField(max_length=20, blank=True)
+    state_after = models.CharField(max_length=20, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "event_id"], name="callevent_unique_event_id"),
+        ]
+        indexes = [
+            # call timeline
+            models.Index(fields=["call", "received_at"], name="callevent_timeline"),
+            # retention purge
+            models.Index(fields=["project", "received_at"], name="callevent_retention"),
+        ]
+
+
+class RequestBudget(models.Model):
+    """Re-asks used per request and tool (the contract's ``max_reasks`` budget)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    request_id = models.CharField(max_length=200)
+    tool_name = models.CharField(max_length=128)
+    reasks_used = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "request_id", "tool_name"], name="requestbudget_unique"),
+        ]

@@ -1,0 +1,136 @@
+"""The diagnostic taxonomy of ``shared/TAXONOMY.md``: reasons, categories, routes.
+
+The slugs are stable API values: never rename one. Each reason belongs to exactly one
+category and implies one route (``reconciled_absent`` is the only reason whose route
+depends on the contract: ``retry`` when the target is idempotent, else ``review``).
+"""
+from __future__ import annotations
+
+from django.db import models
+
+
+class Route(models.TextChoices):
+    PROCEED = "proceed", "Proceed"
+    REASK = "reask", "Re-ask the model"
+    DENY = "deny", "Deny"
+    RETRY = "retry", "Retry with backoff"
+    RECONCILE = "reconcile", "Reconcile"
+    RETURN_RECEIPT = "return_receipt", "Return the receipt"
+    REVIEW = "review", "Human review"
+    STOP = "stop", "Stop"
+
+
+class Category(models.TextChoices):
+    OK = "ok", "OK"
+    EMPTY_RESULT = "empty_result", "Empty result"
+    ARGUMENT_ERROR = "argument_error", "Argument error"
+    HALLUCINATION = "hallucination", "Hallucination"
+    DENIED = "denied", "Denied"
+    TRANSIENT = "transient", "Transient"
+    UNKNOWN_OUTCOME = "unknown_outcome", "Unknown outcome"
+    TOOL_ERROR = "tool_error", "Tool error"
+    DUPLICATE = "duplicate", "Duplicate"
+    EXHAUSTED = "exhausted", "Exhausted"
+    RECONCILIATION = "reconciliation", "Reconciliation"
+    APPROVAL = "approval", "Approval"
+
+
+class Reason(models.TextChoices):
+    OK = "ok"
+    EMPTY_RESULT = "empty_result"
+    MALFORMED_CALL = "malformed_call"
+    INVALID_JSON = "invalid_json"
+    MISSING_REQUIRED = "missing_required"
+    TYPE_MISMATCH = "type_mismatch"
+    ENUM_VIOLATION = "enum_violation"
+    CONSTRAINT_VIOLATION = "constraint_violation"
+    UNKNOWN_TOOL = "unknown_tool"
+    UNKNOWN_ARGUMENT = "unknown_argument"
+    REFERENCE_NOT_FOUND = "reference_not_found"
+    PERMISSION_DENIED = "permission_denied"
+    AUTHENTICATION_FAILED = "authentication_failed"
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"
+    CIRCUIT_OPEN = "circuit_open"
+    READ_FAILURE = "read_failure"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    NOT_RECONCILABLE = "not_reconcilable"
+    TOOL_ERROR = "tool_error"
+    CONFLICT = "conflict"
+    DUPLICATE_SUPPRESSED = "duplicate_suppressed"
+    IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
+    RETRY_EXHAUSTED = "retry_exhausted"
+    REASK_EXHAUSTED = "reask_exhausted"
+    RECONCILED_APPLIED = "reconciled_applied"
+    RECONCILED_ABSENT = "reconciled_absent"
+    RECONCILE_MISMATCH = "reconcile_mismatch"
+    APPROVAL_PENDING = "approval_pending"
+    APPROVAL_REJECTED = "approval_rejected"
+    APPROVAL_EXPIRED = "approval_expired"
+
+
+R, C, T = Reason, Category, Route
+
+#: reason -> (category, route). ``reconciled_absent`` lists its non-idempotent route.
+TABLE: dict[Reason, tuple[Category, Route]] = {
+    R.OK: (C.OK, T.PROCEED),
+    R.EMPTY_RESULT: (C.EMPTY_RESULT, T.PROCEED),
+    R.MALFORMED_CALL: (C.ARGUMENT_ERROR, T.REASK),
+    R.INVALID_JSON: (C.ARGUMENT_ERROR, T.REASK),
+    R.MISSING_REQUIRED: (C.ARGUMENT_ERROR, T.REASK),
+    R.TYPE_MISMATCH: (C.ARGUMENT_ERROR, T.REASK),
+    R.ENUM_VIOLATION: (C.ARGUMENT_ERROR, T.REASK),
+    R.CONSTRAINT_VIOLATION: (C.ARGUMENT_ERROR, T.REASK),
+    R.UNKNOWN_TOOL: (C.HALLUCINATION, T.REASK),
+    R.UNKNOWN_ARGUMENT: (C.HALLUCINATION, T.REASK),
+    R.REFERENCE_NOT_FOUND: (C.HALLUCINATION, T.REASK),
+    R.PERMISSION_DENIED: (C.DENIED, T.DENY),
+    R.AUTHENTICATION_FAILED: (C.DENIED, T.REVIEW),
+    R.RATE_LIMITED: (C.TRANSIENT, T.RETRY),
+    R.UNAVAILABLE: (C.TRANSIENT, T.RETRY),
+    R.CIRCUIT_OPEN: (C.TRANSIENT, T.RETRY),
+    R.READ_FAILURE: (C.TRANSIENT, T.RETRY),
+    R.OUTCOME_UNKNOWN: (C.UNKNOWN_OUTCOME, T.RECONCILE),
+    R.NOT_RECONCILABLE: (C.UNKNOWN_OUTCOME, T.REVIEW),
+    R.TOOL_ERROR: (C.TOOL_ERROR, T.REASK),
+    R.CONFLICT: (C.TOOL_ERROR, T.REVIEW),
+    R.DUPLICATE_SUPPRESSED: (C.DUPLICATE, T.RETURN_RECEIPT),
+    R.IDEMPOTENCY_MISMATCH: (C.DUPLICATE, T.DENY),
+    R.RETRY_EXHAUSTED: (C.EXHAUSTED, T.REVIEW),
+    R.REASK_EXHAUSTED: (C.EXHAUSTED, T.STOP),
+    R.RECONCILED_APPLIED: (C.RECONCILIATION, T.RETURN_RECEIPT),
+    R.RECONCILED_ABSENT: (C.RECONCILIATION, T.REVIEW),
+    R.RECONCILE_MISMATCH: (C.RECONCILIATION, T.REVIEW),
+    R.APPROVAL_PENDING: (C.APPROVAL, T.REVIEW),
+    R.APPROVAL_REJECTED: (C.APPROVAL, T.DENY),
+    R.APPROVAL_EXPIRED: (C.APPROVAL, T.STOP),
+}
+
+#: Reasons the model can fix by proposing again; they spend the re-ask budget.
+REASK_REASONS = frozenset(r for r, (_, route) in TABLE.items() if route == T.REASK)
+
+#: Precedence when several rules match one proposal (first wins).
+PROPOSAL_PRECEDENCE: tuple[Reason, ...] = (
+    R.MALFORMED_CALL,
+    R.UNKNOWN_TOOL,
+    R.INVALID_JSON,
+    R.IDEMPOTENCY_MISMATCH,
+    R.DUPLICATE_SUPPRESSED,
+    R.UNKNOWN_ARGUMENT,
+    R.MISSING_REQUIRED,
+    R.TYPE_MISMATCH,
+    R.ENUM_VIOLATION,
+    R.CONSTRAINT_VIOLATION,
+)
+
+
+def category_of(reason: Reason | str) -> Category:
+    return TABLE[Reason(reason)][0]
+
+
+def route_of(reason: Reason | str, *, idempotent: bool = False) -> Route:
+    """The route a reason implies; ``reconciled_absent`` retries only on idempotent targets."""
+    reason = Reason(reason)
+    if reason == R.RECONCILED_ABSENT and idempotent:
+        return T.RETRY
+    return TABLE[reason][1]
