@@ -282,3 +282,31 @@ class RequestBudget(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["project", "request_id", "tool_name"], name="requestbudget_unique"),
         ]
+
+
+class CallRollup(models.Model):
+    """Pre-aggregated call counts per project, hour, tool, agent and reason: what the
+    reports read. Maintained by ``callgate.rollups``; equal to a direct count over
+    ``ToolCall`` grouped the same way (by the call's creation hour and current reason)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    bucket = models.DateTimeField(help_text="Start of the UTC hour the calls were created in.")
+    tool_name = models.CharField(max_length=128, blank=True)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    reason = models.CharField(max_length=32, blank=True)
+    category = models.CharField(max_length=20, blank=True)
+    route = models.CharField(max_length=20, blank=True)
+    calls = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    duplicates_suppressed = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "bucket", "tool_name", "agent", "reason", "route"], name="callrollup_unique_cell"
+            ),
+        ]
+        indexes = [
+            # report queries: one project over a time range
+            models.Index(fields=["project", "bucket"], name="callrollup_project_bucket"),
+        ]
