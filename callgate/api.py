@@ -1,20 +1,38 @@
-"""REST API v1: thin views that parse, call a service, and serialise.
+"""REST API v1 for agents: thin views that parse, call a service, and answer.
 
 The ingest hot path validates with pydantic (``callgate.schemas``), never with DRF
-serializers. Every error answers with one shape: ``{"error": str, "errors": [{"loc", "msg"}]}``.
+serializers, and stores a batch in a fixed number of queries (``callgate.ingest``).
+Every error answers ``{"error": "…", "errors": [{"loc": "field.path", "msg": "…"}]}``.
 """
 from __future__ import annotations
 
+import json
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from pydantic import ValidationError
 from rest_framework import exceptions, status
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from callgate import services
+from callgate.auth import AgentPrincipal
+from callgate.ingest import call_answer, events_apply
+from callgate.models import ToolCall
+from callgate.schemas import (
+    EVENT_ADAPTER, CallAnswer, CallDetail, ContractIn, ContractOut, ErrorBody, EventsResponse, GateRequest,
+    ProposedEvent, error_list,
+)
+
+MAX_BATCH_EVENTS = 1000
+MAX_BATCH_BYTES = 5 * 1024 * 1024
+HTTP_207_MULTI_STATUS = 207
 
 
 def exception_handler(exc, context):
-    """DRF's handler with callgate's error shape: ``{"error": "…"}`` plus field errors."""
-    if isinstance(exc, exceptions.ParseError):
-        return Response({"error": f"Request body is not valid JSON: {exc.detail}", "errors": []},
-                        status=status.HTTP_400_BAD_REQUEST)
+    """DRF's handler with callgate's error shape: ``{"error": "…", "errors": []}``."""
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -23,3 +41,174 @@ def exception_handler(exc, context):
         detail = "; ".join(str(d) for d in detail)
     response.data = {"error": str(detail) if detail is not None else str(response.data), "errors": []}
     return response
+
+
+def _error(message: str, errors: list[dict] | None = None, code: int = status.HTTP_400_BAD_REQUEST) -> Response:
+    return Response({"error": message, "errors": errors or []}, status=code)
+
+
+def _agent(request: Request) -> AgentPrincipal:
+    if not isinstance(request.user, AgentPrincipal):
+        raise exceptions.NotAuthenticated("This endpoint needs an agent's API key: 'Authorization: Bearer <key>'.")
+    return request.user
+
+
+def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES):
+    """The parsed JSON body; raises a 413 past ``limit`` bytes and a 400 for non-JSON."""
+    length = request.META.get("CONTENT_LENGTH")
+    if length and length.isdigit() and int(length) > limit:
+        raise PayloadTooLarge(limit)
+    raw = request.body
+    if len(raw) > limit:
+        raise PayloadTooLarge(limit)
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise exceptions.ParseError(f"The body is not valid JSON: {exc}") from None
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+
+    def __init__(self, limit: int):
+        super().__init__(f"The body is larger than the limit of {limit // (1024 * 1024)} MB "
+                         f"({limit} bytes); send at most {MAX_BATCH_EVENTS} events per batch.")
+
+
+class EventsIngestApi(APIView):
+    @extend_schema(
+        operation_id="events_ingest",
+        summary="Report tool-call events (one, or a batch of up to 1,000)",
+        description=(
+            "The body is one event object or a JSON array of events (at most 1,000 events and 5 MB; "
+            "larger: 413). Each event is validated on its own: the answer lists a result per item "
+            "(`accepted`, `duplicate` for an `event_id` seen before, or `rejected` with field paths), "
+            "so one bad item never sinks the batch. **Status 200** when no item was rejected, "
+            "**207 Multi-Status** when any was: treat 207 as a partial failure and fix the rejected items; "
+            "the others are stored. Event types and fields: see `shared/cases/README.md`."
+        ),
+        request={"application/json": {"oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}]}},
+        responses={200: EventsResponse, 207: EventsResponse, 400: ErrorBody, 401: ErrorBody, 413: ErrorBody},
+        examples=[OpenApiExample("attempt", request_only=True, value={
+            "event_id": "0b6f3c2e-7f55-4b1e-9f3c-1f1e2d3c4b5a", "occurred_at": "2026-06-15T09:00:00Z",
+            "type": "attempt", "operation_id": "op_3f9c", "sent": True, "outcome": "timeout",
+            "http_status": None, "error": "ReadTimeout"})],
+    )
+    def post(self, request: Request) -> Response:
+        principal = _agent(request)
+        body = _json_body(request)
+        items = body if isinstance(body, list) else [body]
+        if isinstance(body, list) and len(body) > MAX_BATCH_EVENTS:
+            return _error(f"The batch has {len(body)} events; the limit is {MAX_BATCH_EVENTS} per request.",
+                          code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        if not items:
+            return _error("The batch is empty: send one event object or a non-empty array.", code=400)
+        prefix = "events" if isinstance(body, list) else ""
+        valid, results = [], []
+        for index, item in enumerate(items):
+            loc = f"{prefix}[{index}]" if prefix else ""
+            event_id = item.get("event_id") if isinstance(item, dict) else None
+            try:
+                valid.append((index, EVENT_ADAPTER.validate_python(item)))
+                results.append(None)
+            except ValidationError as exc:
+                results.append({"index": index, "event_id": str(event_id) if event_id else None, "status": "rejected",
+                                "errors": error_list(exc, prefix=loc), "answer": None})
+        if valid:
+            outcomes = events_apply(project=principal.project, agent=principal.agent, events=[e for _, e in valid])
+            for (index, event), outcome in zip(valid, outcomes):
+                errors = [{"loc": f"{prefix}[{index}].{e['loc']}" if prefix else e["loc"], "msg": e["msg"]}
+                          for e in outcome.errors]
+                results[index] = {"index": index, "event_id": str(event.event_id), "status": outcome.status,
+                                  "errors": errors, "answer": outcome.answer}
+        counts = {s: sum(1 for r in results if r["status"] == s) for s in ("accepted", "duplicate", "rejected")}
+        code = HTTP_207_MULTI_STATUS if counts["rejected"] else status.HTTP_200_OK
+        return Response({"accepted": counts["accepted"], "duplicates": counts["duplicate"],
+                         "rejected": counts["rejected"], "results": results}, status=code)
+
+
+class GateCheckApi(APIView):
+    @extend_schema(
+        operation_id="calls_check",
+        summary="Check a proposed call before executing it (the gate)",
+        description=(
+            "Normalises the provider's call (OpenAI Chat Completions and Responses, Anthropic, Gemini, MCP, plain), "
+            "validates it against the agent's tool contracts, applies duplicate and idempotency rules, records a "
+            "`proposed` event and answers the operation ID to execute under, the verdict, the route and the "
+            "observation text for the model. A duplicate of a succeeded operation answers `return_receipt` with the "
+            "stored receipt. Unrecognisable output is `malformed_call`, never an error."
+        ),
+        request=GateRequest,
+        responses={200: CallAnswer, 400: ErrorBody, 401: ErrorBody, 409: ErrorBody},
+    )
+    def post(self, request: Request) -> Response:
+        principal = _agent(request)
+        body = _json_body(request, limit=1024 * 1024)
+        try:
+            gate = GateRequest.model_validate(body)
+        except ValidationError as exc:
+            errors = error_list(exc)
+            return _error(f"Invalid gate request: {errors[0]['loc']}: {errors[0]['msg']}", errors)
+        event = ProposedEvent(
+            type="proposed", format=gate.format, call=gate.call, operation_id=gate.operation_id,
+            request_id=gate.request_id, conversation_id=gate.conversation_id, trace_id=gate.trace_id, actor=gate.actor,
+            **services.gate_envelope(gate),
+        )
+        outcome = events_apply(project=principal.project, agent=principal.agent, events=[event])[0]
+        if outcome.status == "duplicate":
+            return _error("This event_id was already used for another proposal; send a new one.",
+                          [{"loc": "event_id", "msg": "already used"}], code=status.HTTP_409_CONFLICT)
+        if outcome.status != "accepted":
+            return _error(outcome.errors[0]["msg"], outcome.errors, code=status.HTTP_409_CONFLICT)
+        return Response(outcome.answer)
+
+
+class CallDetailApi(APIView):
+    @extend_schema(
+        operation_id="calls_retrieve",
+        summary="A call's state, reason, route, attempts, receipt and review decision",
+        responses={200: CallDetail, 401: ErrorBody, 404: ErrorBody},
+    )
+    def get(self, request: Request, operation_id: str) -> Response:
+        principal = _agent(request)
+        call = (ToolCall.objects.select_related("contract")
+                .filter(project=principal.project, operation_id=operation_id).first())
+        if call is None:
+            raise Http404
+        return Response({
+            **call_answer(call), "tool": call.tool_name,
+            "contract_version": call.contract.version if call.contract else None,
+            "created_at": call.created_at, "updated_at": call.updated_at,
+        })
+
+
+class ToolRegisterApi(APIView):
+    @extend_schema(
+        operation_id="tools_register",
+        summary="Register (or re-register) a tool contract",
+        description=(
+            "Idempotent: the same contract again answers 200 with the current version; a changed contract "
+            "creates the next version (201). Versions are never modified. `parameters` must be a valid JSON "
+            "Schema (draft 2020-12) of an object; callgate treats undeclared properties as errors. The answer "
+            "includes the contract linter's score and findings."
+        ),
+        request=ContractIn,
+        responses={200: ContractOut, 201: ContractOut, 400: ErrorBody, 401: ErrorBody},
+    )
+    def put(self, request: Request, name: str) -> Response:
+        principal = _agent(request)
+        body = _json_body(request, limit=1024 * 1024)
+        try:
+            payload = ContractIn.model_validate(body)
+        except ValidationError as exc:
+            errors = error_list(exc)
+            return _error(f"Invalid contract: {errors[0]['loc']}: {errors[0]['msg']}", errors)
+        try:
+            contract, created = services.contract_register(agent=principal.agent, name=name, payload=payload)
+        except services.ContractRejected as exc:
+            return _error(f"Invalid contract: {exc.loc}: {exc.msg}", [{"loc": exc.loc, "msg": exc.msg}])
+        return Response(
+            {"name": contract.name, "version": contract.version, "created": created,
+             "lint": {"score": contract.lint_score, "findings": contract.lint_findings}},
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )

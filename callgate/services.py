@@ -4,11 +4,20 @@ Services take keyword-only arguments, validate, and keep their transactions shor
 """
 from __future__ import annotations
 
+import uuid
+
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 from django.utils.text import slugify
 
-from callgate.models import Agent, Membership, Project
+from callgate.classification import schema_problems
+from callgate.ingest import arguments_digest, derive_operation_id, events_apply, redact
+from callgate.lifecycle import IllegalTransition
+from callgate.lint import lint_contract
+from callgate.models import Agent, AgentTool, CallEvent, Membership, Project, RequestBudget, ToolCall, ToolContract
+from callgate.schemas import ApprovalExpiredEvent, ContractIn, DecisionEvent, ReconciledEvent
+from callgate.taxonomy import Reason, Route, category_of
 
 
 def project_create(*, slug: str, name: str) -> tuple[Project, bool]:
@@ -46,3 +55,177 @@ def agent_get_or_create(*, project_slug: str, name: str) -> Agent:
     project = project_by_slug(project_slug)
     agent, _ = Agent.objects.get_or_create(project=project, name=name)
     return agent
+
+
+# --- tool contracts -------------------------------------------------------------------------
+
+
+class ContractRejected(ValueError):
+    """The contract cannot be registered; ``loc`` names the field."""
+
+    def __init__(self, loc: str, msg: str):
+        self.loc, self.msg = loc, msg
+        super().__init__(f"{loc}: {msg}")
+
+
+def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[ToolContract, bool]:
+    """Register ``name`` for ``agent``: the same contract again is a no-op, a changed one
+    becomes the next version; used versions are never modified. Returns (version, created).
+
+    Raises ``ContractRejected`` for an invalid JSON Schema (draft 2020-12) or a body whose
+    ``name`` differs from the URL's."""
+    if payload.name is not None and payload.name != name:
+        raise ContractRejected("name", f"the body names {payload.name!r} but the URL names {name!r}")
+    if problem := schema_problems(payload.parameters):
+        raise ContractRejected("parameters", problem)
+    body = payload.model_dump(mode="json", exclude={"name", "version"})
+    digest = arguments_digest(body)
+    if payload.reconcile_url:
+        method = ToolContract.ReconcileMethod.HTTP
+    elif payload.reconcilable:
+        method = ToolContract.ReconcileMethod.AGENT
+    else:
+        method = ToolContract.ReconcileMethod.NONE
+    project = agent.project
+    for attempt in range(3):
+        try:
+            with transaction.atomic():
+                latest = ToolContract.objects.filter(project=project, name=name).order_by("-version").first()
+                AgentTool.objects.get_or_create(agent=agent, name=name)
+                if latest is not None and latest.digest == digest:
+                    return latest, False
+                report = lint_contract(name=name, description=payload.description, parameters=payload.parameters)
+                contract = ToolContract.objects.create(
+                    project=project, name=name, version=(latest.version + 1) if latest else 1,
+                    label=payload.version or "", description=payload.description, parameters=payload.parameters,
+                    effect=payload.effect, idempotent=payload.idempotent, reconcile_method=method,
+                    reconcile_url=payload.reconcile_url or "", max_attempts=payload.max_attempts,
+                    max_reasks=payload.max_reasks, retry_initial_interval=payload.retry.initial_interval,
+                    retry_backoff_coefficient=payload.retry.backoff_coefficient,
+                    retry_maximum_interval=payload.retry.maximum_interval,
+                    deadline_seconds=payload.retry.deadline_seconds, requires_approval=payload.requires_approval,
+                    approval_timeout_seconds=payload.approval_timeout_seconds,
+                    sensitive_fields=payload.sensitive_fields, digest=digest, lint_score=report.score,
+                    lint_findings=[f.as_dict() for f in report.findings],
+                )
+                return contract, True
+        except IntegrityError:  # a concurrent registration took the version number
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+# --- events that do not come from the agent ------------------------------------------------
+
+
+def _apply_one(*, call: ToolCall, event, source: str, user=None) -> ToolCall:
+    """Apply one event to ``call`` through the ingest path; raises IllegalTransition or
+    ValueError when the rules refuse it."""
+    outcome = events_apply(project=call.project, agent=call.agent, events=[event], source=source, user=user)[0]
+    if outcome.status != "accepted":
+        message = "; ".join(e["msg"] for e in outcome.errors) or outcome.status
+        raise IllegalTransition(call.state, event.type, message)
+    return ToolCall.objects.select_related("contract", "agent", "project").get(pk=call.pk)
+
+
+def _envelope(call: ToolCall) -> dict:
+    return {"event_id": uuid.uuid4(), "occurred_at": timezone.now(), "operation_id": call.operation_id}
+
+
+def call_apply_decision(*, call: ToolCall, decision: str, reason: str, user) -> ToolCall:
+    """An operator's decision (``approve``, ``reject``, ``approve_retry``, ``mark_applied``,
+    ``mark_failed``) on ``call``, per TAXONOMY "Human decisions". Records an operator event.
+    Raises ``callgate.lifecycle.IllegalTransition`` when the call's state does not allow it."""
+    event = DecisionEvent(type="decision", decision=decision, reason=reason or "", **_envelope(call))
+    return _apply_one(call=call, event=event, source=CallEvent.Source.OPERATOR, user=user)
+
+
+def call_approval_expired(*, call: ToolCall) -> ToolCall:
+    """Nobody decided before the approval timeout: ``approval_expired`` (never an approval)."""
+    return _apply_one(call=call, event=ApprovalExpiredEvent(type="approval_expired", **_envelope(call)),
+                      source=CallEvent.Source.CALLGATE)
+
+
+def call_reconciled(*, call: ToolCall, found: bool, matches: bool, source: str = CallEvent.Source.CALLGATE,
+                    detail: dict | None = None, receipt=None) -> ToolCall:
+    """Record a look-up of the operation in the target: applied, absent or different."""
+    event = ReconciledEvent(type="reconciled", found=found, matches=matches, receipt=receipt, **_envelope(call))
+    return _apply_one(call=call, event=event, source=source)
+
+
+def call_reconcile_failed(*, call: ToolCall, detail: dict) -> ToolCall:
+    """The look-up could not tell (after its retries): escalate to a human, keep the reason."""
+    with transaction.atomic():
+        locked = ToolCall.objects.select_for_update().get(pk=call.pk)
+        if locked.state != ToolCall.State.RECONCILING:
+            return locked
+        now = timezone.now()
+        CallEvent.objects.create(
+            project_id=locked.project_id, call=locked, kind=CallEvent.Kind.RECONCILED, source=CallEvent.Source.CALLGATE,
+            body={"type": "reconciled", "found": None, "detail": detail}, occurred_at=now, reason=locked.reason,
+            category=locked.category, route=Route.REVIEW, observation=locked.observation,
+            state_before=locked.state, state_after=ToolCall.State.IN_REVIEW,
+        )
+        locked.state, locked.route, locked.updated_at = ToolCall.State.IN_REVIEW, Route.REVIEW, now
+        locked.save(update_fields=["state", "route", "updated_at"])
+        from reviews.services import review_item_open
+
+        review_item_open(call=locked)
+    return locked
+
+
+def call_deadline_passed(*, call: ToolCall) -> ToolCall:
+    """A call still waiting to retry after its deadline: ``retry_exhausted`` (route review)."""
+    with transaction.atomic():
+        locked = ToolCall.objects.select_for_update().select_related("contract").get(pk=call.pk)
+        if locked.state != ToolCall.State.RETRY_WAIT:
+            return locked
+        now = timezone.now()
+        observation = (f"{locked.tool_name} could not be completed before its deadline. Do not call it again; "
+                       "an operator will review it.")
+        CallEvent.objects.create(
+            project_id=locked.project_id, call=locked, kind=CallEvent.Kind.ATTEMPT, source=CallEvent.Source.CALLGATE,
+            body={"type": "deadline_passed", "deadline": locked.deadline.isoformat() if locked.deadline else None},
+            occurred_at=now, reason=Reason.RETRY_EXHAUSTED, category=category_of(Reason.RETRY_EXHAUSTED),
+            route=Route.REVIEW, observation=observation, state_before=locked.state, state_after=ToolCall.State.IN_REVIEW,
+        )
+        locked.state, locked.reason = ToolCall.State.IN_REVIEW, Reason.RETRY_EXHAUSTED
+        locked.category, locked.route = category_of(Reason.RETRY_EXHAUSTED), Route.REVIEW
+        locked.observation, locked.updated_at = observation, now
+        locked.save(update_fields=["state", "reason", "category", "route", "observation", "updated_at"])
+        from reviews.services import review_item_open
+
+        review_item_open(call=locked)
+    return locked
+
+
+# --- history (replay and case files) ------------------------------------------------------
+
+
+def receipt_import(*, agent: Agent, tool: str, arguments: dict, result, operation_id: str | None = None,
+                   request_id: str | None = None) -> ToolCall:
+    """Store a success that happened before callgate saw it (a case file's ``history``):
+    a succeeded call with its receipt, under the given or derived operation ID."""
+    if not operation_id:
+        if not request_id:
+            raise ValueError("a receipt needs operation_id or request_id")
+        operation_id = derive_operation_id(request_id=request_id, tool=tool, arguments=arguments)
+    contract = ToolContract.objects.filter(project=agent.project, name=tool).order_by("-version").first()
+    now = timezone.now()
+    return ToolCall.objects.create(
+        project=agent.project, agent=agent, operation_id=operation_id, request_id=request_id or "", tool_name=tool,
+        contract=contract, arguments=redact(arguments, contract.sensitive_fields if contract else ()),
+        arguments_digest=arguments_digest(arguments), state=ToolCall.State.SUCCEEDED, reason=Reason.OK,
+        category=category_of(Reason.OK), route=Route.PROCEED, attempts=1, receipt=result, receipt_at=now,
+    )
+
+
+def request_budget_set(*, project: Project, request_id: str, tool_name: str, reasks_used: int) -> None:
+    """Set the re-asks already used for a request and tool (a case file's ``history``)."""
+    RequestBudget.objects.update_or_create(
+        project=project, request_id=request_id, tool_name=tool_name, defaults={"reasks_used": reasks_used})
+
+
+def gate_envelope(gate) -> dict:
+    """``event_id`` and ``occurred_at`` of a gate request, generated when the agent sent none."""
+    return {"event_id": gate.event_id or uuid.uuid4(), "occurred_at": gate.occurred_at or timezone.now()}

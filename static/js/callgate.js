@@ -116,6 +116,12 @@
     if (row) select(row);
   });
 
+  // Filter bars: <form data-autosubmit> submits when one of its selects changes.
+  document.addEventListener("change", (event) => {
+    const form = event.target.closest("form[data-autosubmit]");
+    if (form && event.target.matches("select")) form.requestSubmit();
+  });
+
   document.addEventListener("DOMContentLoaded", () => refreshTimes(document));
   document.addEventListener("htmx:afterSwap", (event) => {
     refreshTimes(event.target);

@@ -1,0 +1,102 @@
+"""Replaying a case file (``shared/cases/README.md``) through the ingest path.
+
+Each case runs in its own throw-away project inside a transaction that is rolled back,
+so a replay leaves nothing behind. Contracts go through ``contract_register`` and events
+through ``events_apply`` after the same pydantic validation as ``POST /api/v1/events``.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Iterator, TextIO
+
+from django.db import transaction
+from django.utils import timezone
+
+from callgate import services
+from callgate.ingest import events_apply
+from callgate.models import Agent, Project
+from callgate.providers import normalise
+from callgate.schemas import EVENT_ADAPTER, ContractIn
+
+
+class _Rollback(Exception):
+    pass
+
+
+def case_envelopes(case: dict) -> list[dict]:
+    """The case's events with an API envelope: a fresh ``event_id``, ``occurred_at`` now and
+    the case's request ID (``case-<id>`` when the event names none)."""
+    request_id = f"case-{case.get('id', 'x')}"
+    now = timezone.now().isoformat()
+    return [{"event_id": str(uuid.uuid4()), "occurred_at": now, "request_id": request_id, **event}
+            for event in case.get("events", [])]
+
+
+def case_tool_payloads(case: dict) -> dict[str, dict]:
+    """The case's contracts as ``PUT /api/v1/tools/{name}`` bodies, by name."""
+    return {tool["name"]: {k: v for k, v in tool.items()} for tool in case.get("tools", [])}
+
+
+def case_history(case: dict, *, agent: Agent) -> None:
+    """Store the case's ``history``: earlier receipts and re-asks already used."""
+    history = case.get("history") or {}
+    for receipt in history.get("receipts", []):
+        services.receipt_import(agent=agent, tool=receipt["tool"], arguments=receipt["arguments"],
+                                result=receipt.get("result"), operation_id=receipt.get("operation_id"),
+                                request_id=receipt.get("request_id"))
+    if history.get("reasks_used"):
+        request_id = f"case-{case.get('id', 'x')}"
+        for event in case.get("events", []):
+            if event.get("type") == "proposed":
+                tool = normalise(event.get("format", ""), event.get("call")).tool
+                if tool:
+                    services.request_budget_set(project=agent.project, request_id=event.get("request_id") or request_id,
+                                                tool_name=tool, reasks_used=history["reasks_used"])
+
+
+def replay_case(case: dict) -> dict:
+    """``{"id", "reason", "category", "route", "observation"}`` of the case's last event."""
+    result: dict = {"id": case.get("id")}
+    try:
+        with transaction.atomic():
+            project = Project.objects.create(slug=f"replay-{uuid.uuid4().hex[:12]}", name="replay")
+            agent = Agent.objects.create(project=project, name="replay")
+            for name, body in case_tool_payloads(case).items():
+                services.contract_register(agent=agent, name=name, payload=ContractIn.model_validate(body))
+            case_history(case, agent=agent)
+            operation_id = None
+            answer: dict = {}
+            for envelope in case_envelopes(case):
+                if envelope["type"] != "proposed" and operation_id and not envelope.get("operation_id"):
+                    envelope["operation_id"] = operation_id
+                event = EVENT_ADAPTER.validate_python(envelope)
+                outcome = events_apply(project=project, agent=agent, events=[event])[0]
+                if outcome.status != "accepted":
+                    answer = {"reason": None, "category": None, "route": None,
+                              "observation": "; ".join(e["msg"] for e in outcome.errors)}
+                    continue
+                answer = outcome.answer
+                operation_id = answer["operation_id"]
+            result.update(reason=answer.get("reason"), category=answer.get("category"), route=answer.get("route"),
+                          observation=answer.get("observation", ""))
+            raise _Rollback
+    except _Rollback:
+        pass
+    return result
+
+
+def read_cases(stream: TextIO) -> Iterator[tuple[int, dict | None, str]]:
+    """``(line number, case or None, error)`` for each non-blank line."""
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            case = json.loads(line)
+        except ValueError as exc:
+            yield number, None, f"line {number}: not JSON ({exc})"
+            continue
+        if not isinstance(case, dict):
+            yield number, None, f"line {number}: a case must be a JSON object"
+            continue
+        yield number, case, ""

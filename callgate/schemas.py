@@ -1,0 +1,239 @@
+"""Wire-format payloads (pydantic v2): events, the gate request, contracts.
+
+These are the shapes of ``shared/cases/README.md`` wrapped in the API envelope of
+``DESIGN.md`` ("One wire format"). Models are strict (no silent coercion, unknown fields
+rejected) except where JSON has no native type: ``event_id`` (UUID) and ``occurred_at``
+(RFC 3339) are parsed from strings.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Union
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+Id = Annotated[str, Field(min_length=1, max_length=200)]
+Format = Literal["openai", "openai_responses", "anthropic", "gemini", "mcp", "plain"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class Envelope(_Strict):
+    """Fields every event carries: identity, time, and the correlation keys of its call."""
+
+    event_id: UUID = Field(strict=False, description="Client-generated UUID; a re-sent event is stored once.")
+    occurred_at: datetime = Field(strict=False, description="RFC 3339 time the event happened at the agent.")
+    operation_id: Id | None = None
+    call_id: Id | None = Field(None, description="The provider's tool-call ID.")
+    request_id: Id | None = None
+    conversation_id: Id | None = None
+    trace_id: Id | None = None
+    actor: Id | None = Field(None, description="The end user the agent acts for.")
+
+    @field_validator("occurred_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("must include a UTC offset (RFC 3339), e.g. 2026-06-15T09:00:00Z")
+        return value
+
+
+class ProposedEvent(Envelope):
+    type: Literal["proposed"]
+    format: Format
+    call: Any = Field(description="The model's tool call exactly as its provider emits it.")
+
+
+class AttemptEvent(Envelope):
+    type: Literal["attempt"]
+    attempt: int | None = Field(None, ge=1)
+    sent: bool | None = Field(description="Whether the request left the caller; null when it cannot tell.")
+    outcome: Literal["success", "error", "timeout", "connection_reset", "circuit_open"]
+    http_status: int | None = Field(None, ge=100, le=599)
+    error: str | None = Field(None, max_length=10_000)
+    result: Any = None
+    result_count: int | None = Field(None, ge=0)
+    result_format: Literal["mcp"] | None = None
+
+
+class DeniedEvent(Envelope):
+    type: Literal["denied"]
+    reason: str = Field(max_length=2_000)
+
+
+class ReconciledEvent(Envelope):
+    type: Literal["reconciled"]
+    found: bool
+    matches: bool = False
+    receipt: Any = None
+
+
+class ReceiptEvent(Envelope):
+    type: Literal["receipt"]
+    result: Any = None
+
+
+class DecisionEvent(Envelope):
+    type: Literal["decision"]
+    decision: Literal["approve", "reject", "approve_retry", "mark_applied", "mark_failed"]
+    reason: str = Field("", max_length=2_000)
+
+
+class ApprovalExpiredEvent(Envelope):
+    type: Literal["approval_expired"]
+
+
+Event = Annotated[
+    Union[ProposedEvent, AttemptEvent, DeniedEvent, ReconciledEvent, ReceiptEvent, DecisionEvent, ApprovalExpiredEvent],
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+class GateRequest(_Strict):
+    """``POST /api/v1/calls``: a proposed call to check before executing it."""
+
+    format: Format
+    call: Any
+    operation_id: Id | None = None
+    request_id: Id | None = None
+    conversation_id: Id | None = None
+    trace_id: Id | None = None
+    actor: Id | None = None
+    event_id: UUID | None = Field(None, strict=False)
+    occurred_at: datetime | None = Field(None, strict=False)
+
+
+class RetryPolicy(_Strict):
+    initial_interval: float = Field(1.0, gt=0, le=3600, description="seconds")
+    backoff_coefficient: float = Field(2.0, ge=1, le=10)
+    maximum_interval: float = Field(60.0, gt=0, le=86_400, description="seconds")
+    deadline_seconds: int | None = Field(None, gt=0, le=30 * 86_400)
+
+
+class ContractIn(_Strict):
+    """``PUT /api/v1/tools/{name}``: one tool contract (the case files' contract shape)."""
+
+    name: str | None = Field(None, max_length=128, description="Must equal the name in the URL when given.")
+    version: str | None = Field(None, max_length=64, description="The agent's own label; callgate numbers versions.")
+    description: str = Field("", max_length=5_000)
+    effect: Literal["read", "write"] = "read"
+    idempotent: bool = False
+    reconcilable: bool = False
+    reconcile_url: str | None = Field(None, max_length=500)
+    max_attempts: int = Field(3, ge=1, le=100)
+    max_reasks: int = Field(2, ge=0, le=100)
+    requires_approval: bool = False
+    approval_timeout_seconds: int = Field(15 * 60, ge=10, le=7 * 86_400)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    sensitive_fields: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(default_factory=list, max_length=100)
+    parameters: dict
+
+    @field_validator("reconcile_url")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http(s) URL")
+        if "{operation_id}" not in value:
+            raise ValueError("must contain the placeholder {operation_id}")
+        return value
+
+
+def error_list(exc, *, prefix: str = "") -> list[dict]:
+    """pydantic errors as ``[{"loc": "events[3].occurred_at", "msg": "…"}]``."""
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = prefix
+        for part in err["loc"]:
+            if isinstance(part, int):
+                loc += f"[{part}]"
+            elif part in ("proposed", "attempt", "denied", "reconciled", "receipt", "decision", "approval_expired"):
+                continue  # the discriminator's branch name is not a field
+            else:
+                loc += f".{part}" if loc else str(part)
+        out.append({"loc": loc or "(body)", "msg": err["msg"]})
+    return out
+
+
+# --- answers (documented in the OpenAPI document) -----------------------------------------
+
+
+class Decision(BaseModel):
+    decision: str
+    reason: str
+    decided_at: datetime | None
+
+
+class CallAnswer(BaseModel):
+    """What the agent should do next with a call."""
+
+    operation_id: str
+    verdict: Literal["allow", "reask", "deny", "retry", "reconcile", "return_receipt", "pending_approval", "review", "stop"]
+    state: str
+    reason: str | None = Field(description="Taxonomy reason; null while a call is allowed and nothing is known yet.")
+    category: str | None
+    route: str
+    observation: str = Field(description="Plain text to hand back to the model (empty for proceed).")
+    receipt: Any = Field(description="The stored result of the operation, when it succeeded.")
+    attempts: int
+    max_attempts: int | None
+    retry_after: float | None = Field(description="Suggested full-jitter backoff in seconds when the route is retry.")
+    decision: Decision | None
+
+
+class CallDetail(CallAnswer):
+    tool: str
+    contract_version: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class FieldError(BaseModel):
+    loc: str = Field(description="JSON path of the offending field, e.g. events[3].occurred_at")
+    msg: str
+
+
+class ErrorBody(BaseModel):
+    error: str
+    errors: list[FieldError] = []
+
+
+class EventResult(BaseModel):
+    index: int
+    event_id: str | None
+    status: Literal["accepted", "duplicate", "rejected"]
+    errors: list[FieldError] = []
+    answer: CallAnswer | None = None
+
+
+class EventsResponse(BaseModel):
+    """200 when every item was accepted or a duplicate; 207 Multi-Status when any was rejected
+    (a partial failure: the other items are stored)."""
+
+    accepted: int
+    duplicates: int
+    rejected: int
+    results: list[EventResult]
+
+
+class LintFinding(BaseModel):
+    path: str
+    code: str
+    message: str
+
+
+class LintOut(BaseModel):
+    score: int
+    findings: list[LintFinding]
+
+
+class ContractOut(BaseModel):
+    name: str
+    version: int
+    created: bool
+    lint: LintOut

@@ -1,0 +1,21 @@
+"""Test-wide settings overrides. The database is whatever DATABASE_URL names (PostgreSQL
+in CI, the SQLite default elsewhere); Celery runs eagerly unless a test starts a worker."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _test_settings(settings, tmp_path):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    settings.ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+    settings.SESSION_COOKIE_SECURE = False
+    settings.CSRF_COOKIE_SECURE = False
+    from callgate.celery import app
+
+    app.conf.task_always_eager = True
