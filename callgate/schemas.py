@@ -33,6 +33,13 @@ class Envelope(_Strict):
     trace_id: Id | None = None
     actor: Id | None = Field(None, description="The end user the agent acts for.")
 
+    @field_validator("occurred_at", mode="before")
+    @classmethod
+    def _rfc3339_text(cls, value: Any) -> Any:
+        if not isinstance(value, (str, datetime)):
+            raise ValueError("must be an RFC 3339 string, e.g. 2026-06-15T09:00:00Z")
+        return value
+
     @field_validator("occurred_at")
     @classmethod
     def _aware(cls, value: datetime) -> datetime:

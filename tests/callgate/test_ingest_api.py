@@ -1,0 +1,275 @@
+"""POST /api/v1/events, POST /api/v1/calls, GET /api/v1/calls/{id}, PUT /api/v1/tools/{name}."""
+from __future__ import annotations
+
+import json
+import uuid
+from unittest import skipUnless
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from callgate.models import CallEvent, ToolCall, ToolContract
+from reviews.models import ReviewItem
+from tests.factories import BaseTestCase, make_event
+
+WEATHER = {
+    "description": "Weather for a city on a date",
+    "effect": "read",
+    "max_attempts": 3,
+    "max_reasks": 2,
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "minLength": 1, "description": "Full city name, e.g. 'Paris'"},
+            "date": {"type": "string", "format": "date", "description": "ISO 8601 date"},
+        },
+        "required": ["city"],
+    },
+}
+FOLLOW_UP = {
+    "description": "Create a follow-up task on a support ticket",
+    "effect": "write",
+    "idempotent": True,
+    "reconcilable": True,
+    "sensitive_fields": ["note"],
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "ticket_id": {"type": "string", "pattern": "^T-[0-9]+$"},
+            "note": {"type": "string"},
+            "password": {"type": "string"},
+        },
+        "required": ["ticket_id"],
+    },
+}
+
+
+def proposal(tool: str, arguments: dict, **fields) -> dict:
+    return make_event("proposed", format="plain", call={"tool": tool, "arguments": arguments}, **fields)
+
+
+class IngestTests(BaseTestCase):
+    def setUp(self):
+        self.client_api = self.api()
+        assert self.client_api.put("/api/v1/tools/get_weather", WEATHER, format="json").status_code == 201
+        assert self.client_api.put("/api/v1/tools/create_follow_up", FOLLOW_UP, format="json").status_code == 201
+
+    def post(self, body, **kwargs):
+        return self.client_api.post("/api/v1/events", body, format="json", **kwargs)
+
+    def test_it_accepts_a_single_event_and_answers_the_verdict(self):
+        response = self.post(proposal("get_weather", {"city": "Oslo"}, request_id="r1"))
+        assert response.status_code == 200
+        result = response.json()["results"][0]
+        assert result["status"] == "accepted"
+        assert result["answer"]["verdict"] == "allow"
+        assert result["answer"]["operation_id"].startswith("op_")
+
+    def test_it_stores_a_resent_event_once_and_answers_duplicate(self):
+        event = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
+        assert self.post(event).json()["results"][0]["status"] == "accepted"
+        again = self.post(event).json()
+        assert again["results"][0]["status"] == "duplicate"
+        assert CallEvent.objects.filter(event_id=event["event_id"]).count() == 1
+
+    def test_it_answers_207_and_keeps_the_good_items_of_a_batch(self):
+        good = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
+        bad_type = {**proposal("get_weather", {"city": "Rome"}, request_id="r2"), "occurred_at": 12}
+        missing_id = proposal("get_weather", {"city": "Bern"}, request_id="r3")
+        del missing_id["event_id"]
+        unknown_type = make_event("exploded", operation_id="x")
+        not_object = "just text"
+        response = self.post([good, bad_type, missing_id, unknown_type, not_object])
+        assert response.status_code == 207
+        body = response.json()
+        assert [r["status"] for r in body["results"]] == ["accepted", "rejected", "rejected", "rejected", "rejected"]
+        locs = [r["errors"][0]["loc"] for r in body["results"][1:]]
+        assert locs[0] == "events[1].occurred_at"
+        assert locs[1] == "events[2].event_id"
+        assert locs[2].startswith("events[3]")
+        assert locs[3].startswith("events[4]")
+        assert CallEvent.objects.filter(event_id=good["event_id"]).exists()
+        assert ToolCall.objects.filter(project=self.project).count() == 1
+
+    def test_it_rejects_wrong_field_types_with_the_field_path(self):
+        event = make_event("attempt", operation_id="op_x", sent="yes", outcome="success", http_status=200)
+        result = self.post(event).json()["results"][0]
+        assert result["status"] == "rejected"
+        assert result["errors"][0]["loc"] == "sent"
+
+    def test_it_rejects_an_event_for_an_unknown_call_without_losing_others(self):
+        ok = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
+        orphan = make_event("attempt", operation_id="op_nope", sent=True, outcome="success", result={"t": 1})
+        response = self.post([ok, orphan])
+        assert response.status_code == 207
+        assert response.json()["results"][1]["errors"][0]["loc"] == "events[1].operation_id"
+        assert CallEvent.objects.filter(event_id=ok["event_id"]).exists()
+
+    def test_it_answers_400_for_a_body_that_is_not_json(self):
+        response = self.client_api.generic("POST", "/api/v1/events", b"{not json", content_type="application/json")
+        assert response.status_code == 400
+        assert "not valid JSON" in response.json()["error"]
+
+    def test_it_answers_413_for_a_body_over_5_mb(self):
+        big = json.dumps([proposal("get_weather", {"city": "x" * 6_000_000})])
+        response = self.client_api.generic("POST", "/api/v1/events", big, content_type="application/json")
+        assert response.status_code == 413
+        assert "5 MB" in response.json()["error"]
+        assert not ToolCall.objects.exists()
+
+    def test_it_answers_413_for_more_than_1000_events(self):
+        events = [proposal("get_weather", {"city": "Oslo"}, request_id=f"r{i}") for i in range(1001)]
+        response = self.post(events)
+        assert response.status_code == 413
+        assert "1000" in response.json()["error"]
+
+    def test_it_needs_an_api_key(self):
+        from rest_framework.test import APIClient
+
+        response = APIClient().post("/api/v1/events", proposal("get_weather", {"city": "Oslo"}), format="json")
+        assert response.status_code in (401, 403)
+        assert response.json()["error"]
+
+    @skipUnless(connection.vendor == "postgresql", "SQLite splits bulk inserts by its 999-parameter limit")
+    def test_it_stores_a_batch_in_a_fixed_number_of_queries(self):
+        def batch(n: int, start: int) -> list[dict]:
+            events = []
+            for i in range(start, start + n):
+                events.append(proposal("get_weather", {"city": f"City {i}"}, request_id=f"req-{i}", call_id=f"c{i}"))
+                events.append(make_event("attempt", request_id=f"req-{i}", call_id=f"c{i}", sent=True,
+                                         outcome="success", result={"temperature": i}))
+            return events
+
+        with CaptureQueriesContext(connection) as small:
+            assert self.post(batch(5, 0)).status_code == 200
+        with CaptureQueriesContext(connection) as large:
+            assert self.post(batch(200, 100)).status_code == 200
+        assert len(large) == len(small), [q["sql"][:80] for q in large.captured_queries]
+        assert ToolCall.objects.filter(project=self.project, reason="ok").count() == 205
+
+    def test_it_redacts_sensitive_and_secret_fields_before_storage(self):
+        event = proposal("create_follow_up", {"ticket_id": "T-1", "note": "call me at 555", "password": "hunter2"},
+                         request_id="r1")
+        self.post(event)
+        call = ToolCall.objects.get(project=self.project)
+        assert call.arguments == {"ticket_id": "T-1", "note": "•••", "password": "•••"}
+        stored = json.dumps(list(CallEvent.objects.values_list("body", flat=True)))
+        assert "hunter2" not in stored and "555" not in stored
+
+    def test_it_opens_one_review_item_and_closes_it_on_a_late_receipt(self):
+        answer = self.post(proposal("create_follow_up", {"ticket_id": "T-1"}, request_id="r1")).json()
+        op = answer["results"][0]["answer"]["operation_id"]
+        self.post(make_event("attempt", operation_id=op, sent=True, outcome="timeout"))
+        self.post(make_event("reconciled", operation_id=op, found=True, matches=False))
+        item = ReviewItem.objects.get(call__operation_id=op)
+        assert item.status == "open"
+        late = self.post(make_event("receipt", operation_id=op, result={"follow_up_id": "F-1"})).json()
+        assert late["results"][0]["answer"]["reason"] == "reconciled_applied"
+        item.refresh_from_db()
+        assert item.status == "settled"
+
+    def test_it_refuses_an_attempt_on_a_call_waiting_for_approval(self):
+        self.client_api.put("/api/v1/tools/pay", {**WEATHER, "requires_approval": True}, format="json")
+        op = self.post(proposal("pay", {"city": "Oslo"}, request_id="r1")).json()["results"][0]["answer"]
+        assert op["verdict"] == "pending_approval"
+        response = self.post(make_event("attempt", operation_id=op["operation_id"], sent=True, outcome="success",
+                                        result={"ok": 1}))
+        assert response.status_code == 207
+        assert "pending_approval" in response.json()["results"][0]["errors"][0]["msg"]
+
+
+class GateTests(BaseTestCase):
+    def setUp(self):
+        self.client_api = self.api()
+        self.client_api.put("/api/v1/tools/create_follow_up", FOLLOW_UP, format="json")
+
+    def check(self, body):
+        return self.client_api.post("/api/v1/calls", body, format="json")
+
+    def test_it_allows_a_valid_call_and_derives_a_stable_operation_id(self):
+        body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+                "request_id": "req-1"}
+        first = self.check(body).json()
+        assert first["verdict"] == "allow" and first["route"] == "proceed"
+        self.client_api.post("/api/v1/events", make_event(
+            "attempt", operation_id=first["operation_id"], sent=True, outcome="success", result={"id": "F-1"}),
+            format="json")
+        again = self.check(body).json()
+        assert again["operation_id"] == first["operation_id"]
+        assert again["verdict"] == "return_receipt"
+        assert again["receipt"] == {"id": "F-1"}
+        assert ToolCall.objects.get(operation_id=first["operation_id"]).duplicates_suppressed == 1
+
+    def test_it_never_allows_a_second_execution_while_the_outcome_is_unknown(self):
+        body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+                "request_id": "req-1"}
+        op = self.check(body).json()["operation_id"]
+        self.client_api.post("/api/v1/events", make_event("attempt", operation_id=op, sent=True, outcome="timeout"),
+                             format="json")
+        again = self.check(body).json()
+        assert again["verdict"] == "reconcile"
+        assert again["reason"] == "outcome_unknown"
+
+    def test_it_answers_malformed_output_without_an_error(self):
+        answer = self.check({"format": "openai", "call": "I will call the weather tool now"}).json()
+        assert answer["reason"] == "malformed_call"
+        assert "create_follow_up" in answer["observation"]
+
+    def test_it_answers_400_naming_the_field_for_a_bad_request(self):
+        response = self.check({"format": "cobol", "call": {}})
+        assert response.status_code == 400
+        assert response.json()["errors"][0]["loc"] == "format"
+
+    def test_it_returns_404_for_another_projects_call(self):
+        op = self.check({"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+                         "request_id": "r"}).json()["operation_id"]
+        assert self.api(self.other_key).get(f"/api/v1/calls/{op}").status_code == 404
+        assert self.client_api.get(f"/api/v1/calls/{op}").status_code == 200
+
+
+class ToolRegistrationTests(BaseTestCase):
+    def test_it_versions_changed_contracts_and_ignores_repeats(self):
+        api = self.api()
+        first = api.put("/api/v1/tools/get_weather", WEATHER, format="json")
+        assert first.status_code == 201 and first.json()["version"] == 1
+        again = api.put("/api/v1/tools/get_weather", WEATHER, format="json")
+        assert again.status_code == 200 and again.json() == {**first.json(), "created": False}
+        changed = {**WEATHER, "description": "Weather forecast for a city on a given date"}
+        second = api.put("/api/v1/tools/get_weather", changed, format="json")
+        assert second.status_code == 201 and second.json()["version"] == 2
+        assert ToolContract.objects.get(project=self.project, name="get_weather", version=1).description == WEATHER[
+            "description"]
+
+    def test_it_rejects_an_invalid_json_schema_naming_the_problem(self):
+        bad = {**WEATHER, "parameters": {"type": "object", "properties": {"city": {"type": "strnig"}}}}
+        response = self.api().put("/api/v1/tools/get_weather", bad, format="json")
+        assert response.status_code == 400
+        assert response.json()["errors"][0]["loc"] == "parameters"
+        assert "properties/city/type" in response.json()["error"]
+
+    def test_it_returns_lint_findings(self):
+        vague = {"description": "tool", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}
+        body = self.api().put("/api/v1/tools/do_stuff", vague, format="json").json()
+        assert body["lint"]["score"] < 80
+        assert any("n" in f["path"] for f in body["lint"]["findings"])
+
+    def test_it_rejects_a_reconcile_url_without_the_placeholder(self):
+        bad = {**WEATHER, "reconcile_url": "https://target.example/ops/"}
+        response = self.api().put("/api/v1/tools/get_weather", bad, format="json")
+        assert response.status_code == 400
+        assert response.json()["errors"][0]["loc"] == "reconcile_url"
+
+    def test_a_key_cannot_register_tools_in_another_project(self):
+        self.api(self.other_key).put("/api/v1/tools/get_weather", WEATHER, format="json")
+        assert not ToolContract.objects.filter(project=self.project).exists()
+        assert ToolContract.objects.filter(project=self.other_project).count() == 1
+
+
+class EventIdTests(BaseTestCase):
+    def test_event_ids_are_scoped_per_project(self):
+        event_id = str(uuid.uuid4())
+        for key in (self.key, self.other_key):
+            api = self.api(key)
+            api.put("/api/v1/tools/get_weather", WEATHER, format="json")
+            event = {**proposal("get_weather", {"city": "Oslo"}, request_id="r"), "event_id": event_id}
+            assert api.post("/api/v1/events", event, format="json").json()["results"][0]["status"] == "accepted"
