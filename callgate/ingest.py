@@ -176,6 +176,7 @@ class _Batch:
         self.calls: dict[str, ToolCall] = {}
         self.by_call_id: dict[tuple[str, str], ToolCall] = {}
         self.new_calls: list[ToolCall] = []
+        self.new_ids: set[str] = set()
         self.changed: set[str] = set()
         self.events: list[tuple[ToolCall, CallEvent]] = []
         self.budgets: dict[tuple[str, str], int] = {}
@@ -199,6 +200,7 @@ class _Batch:
         self.contracts = contracts
         registered = set(AgentTool.objects.filter(agent=self.agent).values_list("name", flat=True))
         self.tools = {name: c for name, c in contracts.items() if name in registered} if registered else contracts
+        self.tool_views = {name: contract_view(c) for name, c in self.tools.items()}
 
         op_ids, pairs, budget_keys = set(), set(), set()
         for index, event in enumerate(events):
@@ -212,14 +214,17 @@ class _Batch:
                 op_ids.add(event.operation_id)
             elif event.request_id and event.call_id:
                 pairs.add((event.request_id, event.call_id))
+        # One query: calls named by operation ID, or by (request ID, call ID); the pairs are
+        # matched by two IN lists and re-checked here (a cross product is harmless).
         query = Q(operation_id__in=op_ids)
-        for request_id, call_id in pairs:
-            query |= Q(request_id=request_id, call_id=call_id)
+        if pairs:
+            query |= Q(request_id__in={r for r, _ in pairs}, call_id__in={c for _, c in pairs})
         if op_ids or pairs:
             rows = (ToolCall.objects.select_for_update(of=("self",)).select_related("contract")
                     .filter(query, project=self.project))
             for call in rows:
-                self._remember(call)
+                if call.operation_id in op_ids or (call.request_id, call.call_id) in pairs:
+                    self._remember(call)
         if budget_keys:
             q = Q()
             for request_id, tool in budget_keys:
@@ -345,7 +350,7 @@ class _Batch:
             existing = cls.Existing(arguments_digest=call.arguments_digest,
                                     has_receipt=call.state == S.SUCCEEDED, state=call.state)
         result = cls.classify_proposal(
-            proposal, tools={n: contract_view(c) for n, c in self.tools.items()}, existing=existing,
+            proposal, tools=self.tool_views, existing=existing,
             arguments_digest=prepared.digest, reasks_used=self._reasks_used(budget_key),
         )
         if budget_key and result.reason in REASK_REASONS:
@@ -364,6 +369,7 @@ class _Batch:
             if contract and contract.deadline_seconds:
                 call.deadline = event.occurred_at + timedelta(seconds=contract.deadline_seconds)
             self.new_calls.append(call)
+            self.new_ids.add(call.operation_id)
             self._remember(call)
         elif result.reason == Reason.DUPLICATE_SUPPRESSED:
             call.duplicates_suppressed += 1
@@ -423,7 +429,7 @@ class _Batch:
 
     def _record(self, call: ToolCall, event: Any, result: cls.Verdict, state_before: str | None, *,
                 change: bool = True, body: dict | None = None) -> ToolCall:
-        if change or call.operation_id not in {c.operation_id for c in self.new_calls}:
+        if change or call.operation_id not in self.new_ids:
             self.changed.add(call.operation_id)
         if body is None:
             body = event.model_dump(mode="json", exclude={"event_id", "occurred_at", "operation_id", "call_id",
@@ -445,7 +451,7 @@ class _Batch:
     # saving: bulk operations ------------------------------------------------------------
 
     def save(self) -> None:
-        new_ids = {c.operation_id for c in self.new_calls}
+        new_ids = self.new_ids
         if self.new_calls:
             ToolCall.objects.bulk_create(self.new_calls)
         existing = [self.calls[op] for op in self.changed if op not in new_ids]
