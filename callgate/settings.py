@@ -155,7 +155,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "callgate:overview"
+LOGIN_REDIRECT_URL = "home"  # redirects to the first project (the overview needs a slug)
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en"
@@ -229,6 +229,7 @@ SPECTACULAR_SETTINGS = {
         "Authenticate with `Authorization: Bearer <api key>`."
     ),
     "VERSION": "1",
+    "OAS_VERSION": "3.1.0",  # pydantic emits JSON Schema 2020-12 (numeric exclusiveMinimum)
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SWAGGER_UI_DIST": "SIDECAR",  # served from our static files, not a CDN
@@ -251,7 +252,18 @@ CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE: dict = {
+    # periodic jobs of callgate.tasks; each is idempotent and bounded per run ("expires": a
+    # run that waited longer than its period in the queue is dropped, the next one comes)
+    "reconcile-outbox-sweep": {"task": "callgate.tasks.sweep_reconciling", "schedule": 60.0, "options": {"expires": 60}},
+    "retry-deadline-sweep": {"task": "callgate.tasks.sweep_deadlines", "schedule": 30.0, "options": {"expires": 30}},
+    "approval-expiry": {"task": "callgate.tasks.expire_approvals", "schedule": 30.0, "options": {"expires": 30}},
+    "retention-purge": {"task": "callgate.tasks.purge_events", "schedule": 3600.0, "options": {"expires": 3600}},
+    # reviews: lapse claims whose lease ran out, expire approval items past their timeout
+    "reviews-housekeeping": {"task": "reviews.tasks.review_housekeeping", "schedule": 30.0, "options": {"expires": 30}},
+    # report rollups (callgate.rollups): recompute the hour buckets of calls changed since the last run
+    "refresh-rollups": {"task": "callgate.rollups.refresh_rollups", "schedule": 60.0, "options": {"expires": 60}},
+}
 
 # --- callgate
 CALLGATE_RECONCILE_AUTH_HEADER = env_str("CALLGATE_RECONCILE_AUTH_HEADER") or ""

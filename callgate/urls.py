@@ -8,13 +8,21 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from callgate import views
+from callgate import report_views, views
 
 
 project_patterns = [
     path("", views.overview, name="overview"),
+    path("calls/", views.calls, name="calls"),
+    path("calls/<path:operation_id>/", views.call_detail, name="call_detail"),
+    path("contracts/", views.contracts, name="contracts"),
+    path("contracts/<str:name>/", views.contract_detail, name="contract_detail"),
+    path("agents/", views.agents, name="agents"),
+    path("agents/<int:agent_id>/keys/", views.agent_key_create, name="agent_key_create"),
+    path("agents/keys/<int:key_id>/revoke/", views.agent_key_revoke, name="agent_key_revoke"),
+    path("reports/", include(report_views.urlpatterns)),  # callgate:reports, callgate:reports-<section>
 ]
 
 urlpatterns = [
@@ -24,7 +32,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("callgate.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("p/<slug:project>/", include((project_patterns, "callgate"))),
     path("p/<slug:project>/review/", include("reviews.urls")),
+    path("simulator/", include("callgate.simulator")),  # demo target system; 404 unless DEBUG/CALLGATE_SIMULATOR
 ]
