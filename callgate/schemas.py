@@ -76,6 +76,7 @@ class ReconciledEvent(Envelope):
     found: bool
     matches: bool = False
     receipt: Any = None
+    detail: dict | None = Field(None, description="What the look-up saw (HTTP status, differing fields).")
 
 
 class ReceiptEvent(Envelope):

@@ -149,16 +149,20 @@ def call_approval_expired(*, call: ToolCall) -> ToolCall:
 def call_reconciled(*, call: ToolCall, found: bool, matches: bool, source: str = CallEvent.Source.CALLGATE,
                     detail: dict | None = None, receipt=None) -> ToolCall:
     """Record a look-up of the operation in the target: applied, absent or different."""
-    event = ReconciledEvent(type="reconciled", found=found, matches=matches, receipt=receipt, **_envelope(call))
+    event = ReconciledEvent(type="reconciled", found=found, matches=matches, receipt=receipt, detail=detail,
+                            **_envelope(call))
     return _apply_one(call=call, event=event, source=source)
 
 
 def call_reconcile_failed(*, call: ToolCall, detail: dict) -> ToolCall:
-    """The look-up could not tell (after its retries): escalate to a human, keep the reason."""
+    """The look-up could not tell (after its retries). Records the attempt; a call still
+    ``reconciling`` is escalated to a human with its reason kept. A call already in review
+    (an operator's "reconcile now") only gets the event, so the page shows the result."""
     with transaction.atomic():
         locked = ToolCall.objects.select_for_update().get(pk=call.pk)
-        if locked.state != ToolCall.State.RECONCILING:
+        if locked.state not in (ToolCall.State.RECONCILING, ToolCall.State.IN_REVIEW):
             return locked
+        escalate = locked.state == ToolCall.State.RECONCILING
         now = timezone.now()
         CallEvent.objects.create(
             project_id=locked.project_id, call=locked, kind=CallEvent.Kind.RECONCILED, source=CallEvent.Source.CALLGATE,
@@ -166,18 +170,19 @@ def call_reconcile_failed(*, call: ToolCall, detail: dict) -> ToolCall:
             category=locked.category, route=Route.REVIEW, observation=locked.observation,
             state_before=locked.state, state_after=ToolCall.State.IN_REVIEW,
         )
-        locked.state, locked.route, locked.updated_at = ToolCall.State.IN_REVIEW, Route.REVIEW, now
-        locked.save(update_fields=["state", "route", "updated_at"])
-        from reviews.services import review_item_open
+        if escalate:
+            locked.state, locked.route, locked.updated_at = ToolCall.State.IN_REVIEW, Route.REVIEW, now
+            locked.save(update_fields=["state", "route", "updated_at"])
+            from reviews.services import review_item_open
 
-        review_item_open(call=locked)
+            review_item_open(call=locked)
     return locked
 
 
 def call_deadline_passed(*, call: ToolCall) -> ToolCall:
     """A call still waiting to retry after its deadline: ``retry_exhausted`` (route review)."""
     with transaction.atomic():
-        locked = ToolCall.objects.select_for_update().select_related("contract").get(pk=call.pk)
+        locked = ToolCall.objects.select_for_update(of=("self",)).select_related("contract").get(pk=call.pk)
         if locked.state != ToolCall.State.RETRY_WAIT:
             return locked
         now = timezone.now()
