@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from callgate.models import CallEvent, Project, ToolCall
 from callgate.reconcile import UNKNOWN, LookupResult, reconcile_calls_claim_stale, reconcile_lookup
+from callgate.rollups import refresh_rollups  # noqa: F401  (defined beside the rollup code; beat: refresh-rollups)
 
 logger = logging.getLogger(__name__)
 

@@ -30,8 +30,11 @@
     const grid = css("--border", "#d9dde3");
     const horizontal = spec.kind === "hbar" || spec.kind === "hstacked" || spec.kind === "quality";
     const stacked = spec.kind === "stacked" || spec.kind === "hstacked";
-    const valueAxis = { stacked: stacked, beginAtZero: true, ticks: { color: text, precision: 0 }, grid: { color: grid } };
-    const labelAxis = { stacked: stacked, ticks: { color: text, autoSkip: !horizontal, maxRotation: 50 }, grid: { display: false } };
+    const title = (t) => (t ? { display: true, text: t, color: css("--muted", text) } : { display: false });
+    const valueAxis = { stacked: stacked, beginAtZero: true, ticks: { color: text, precision: 0 }, grid: { color: grid },
+      title: title(spec.value_title) };
+    const labelAxis = { stacked: stacked, ticks: { color: text, autoSkip: !horizontal, maxRotation: 50 }, grid: { display: false },
+      title: title(spec.label_title) };
     return {
       responsive: true,
       maintainAspectRatio: false,

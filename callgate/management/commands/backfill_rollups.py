@@ -1,0 +1,44 @@
+"""Recompute the report rollups from the calls: after an installation, an upgrade, or a
+change made without ``updated_at``. Safe to run while the system is live (each bucket is
+recomputed atomically, serialised with the periodic refresh)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone as dt_timezone
+
+from django.core.management.base import BaseCommand, CommandError
+
+from callgate.models import Project
+from callgate.rollups import rollups_rebuild
+
+
+class Command(BaseCommand):
+    help = "Recompute CallRollup buckets from ToolCall (all projects, or one; all hours, or from --since)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--project", help="Project slug (default: every project).")
+        parser.add_argument("--since", help="ISO date or date-time (UTC unless an offset is given).")
+
+    def handle(self, *args, project=None, since=None, **options):
+        project_id = None
+        if project:
+            found = Project.objects.filter(slug=project).first()
+            if found is None:
+                raise CommandError(f"No project with slug {project!r}.")
+            project_id = found.pk
+        since_at = None
+        if since:
+            try:
+                since_at = datetime.fromisoformat(since.replace("z", "Z"))
+            except ValueError:
+                raise CommandError(f"--since must be an ISO date or date-time, got {since!r}.") from None
+            if since_at.tzinfo is None:
+                since_at = since_at.replace(tzinfo=dt_timezone.utc)
+
+        verbosity = options.get("verbosity", 1)
+
+        def progress(done: int, total: int, bucket) -> None:
+            if verbosity >= 1 and (done == total or done % 100 == 0 or verbosity >= 2):
+                self.stdout.write(f"{done}/{total} buckets ({done * 100 // total}%) · last {bucket[1]:%Y-%m-%d %H:00}Z")
+
+        result = rollups_rebuild(project_id=project_id, since=since_at, progress=progress)
+        self.stdout.write(self.style.SUCCESS(f"Done: {result['buckets']} buckets, {result['rows']} rollup rows."))

@@ -1,0 +1,552 @@
+"""Report queries for managers: pure selectors returning plain dicts and lists.
+
+Counts by category, reason, route, tool, agent and time read ``CallRollup`` (hourly
+buckets by the call's creation hour; see ``callgate.rollups``). The few reports that need a
+call's state, decision or contract version (retries, unknown outcomes, contract quality)
+and the review queue's health read ``ToolCall`` / ``reviews`` directly, bounded by the
+``(project, created_at)`` index.
+
+Every selector takes ``project`` and a ``ReportFilters`` (see ``report_filters_parse``):
+the range ``[since, until)`` in whole UTC hours, a ``granularity`` for time series and
+optional ``tool`` / ``agent_id``. Nothing here crosses projects.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta, timezone as dt_timezone
+from typing import Mapping
+
+from django.apps import apps
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import Coalesce, Trunc
+from django.utils import timezone
+
+from callgate.models import Agent, CallRollup, Project, ToolCall, ToolContract
+from callgate.rollups import hour_floor
+from callgate.taxonomy import TABLE, Category, Reason, Route
+
+UTC = dt_timezone.utc
+GRANULARITIES = ("hour", "day", "week")
+STEP = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
+#: Most buckets one time series may have (hour over 31 days, day over ~2 years).
+MAX_PERIODS = 744
+MAX_RANGE = timedelta(days=731)
+DEFAULT_RANGE = timedelta(days=7)
+
+#: Categories that mean "nothing went wrong".
+GOOD_CATEGORIES = (Category.OK.value, Category.EMPTY_RESULT.value)
+OPEN_STATES = (
+    ToolCall.State.PENDING_APPROVAL, ToolCall.State.ALLOWED, ToolCall.State.RETRY_WAIT,
+    ToolCall.State.RECONCILING, ToolCall.State.IN_REVIEW,
+)
+CATEGORY_ORDER = [c.value for c in Category]
+CATEGORY_LABEL = {c.value: c.label for c in Category}
+REASON_ORDER = [r.value for r in Reason]
+
+
+class ReportFilterError(ValueError):
+    """A filter value that cannot be used. ``field`` names the query parameter."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ReportFilters:
+    since: datetime  # inclusive, whole UTC hour
+    until: datetime  # exclusive, whole UTC hour
+    granularity: str = "day"
+    tool: str = ""
+    agent_id: int | None = None
+    agent_name: str = ""
+    explicit: dict = field(default_factory=dict)  # the parameters as given (for permalinks)
+
+    @property
+    def previous(self) -> tuple[datetime, datetime]:
+        """The period of the same length right before ``[since, until)``."""
+        return self.since - (self.until - self.since), self.since
+
+    def as_params(self) -> dict[str, str]:
+        """The filters as query parameters (ISO times), for links and the API."""
+        params = {"since": iso(self.since), "until": iso(self.until), "granularity": self.granularity}
+        if self.tool:
+            params["tool"] = self.tool
+        if self.agent_id is not None:
+            params["agent"] = str(self.agent_id)
+        return params
+
+    def as_dict(self) -> dict:
+        return {
+            "since": iso(self.since), "until": iso(self.until), "granularity": self.granularity,
+            "tool": self.tool or None, "agent": self.agent_id,
+        }
+
+
+def iso(moment: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z``: ``2026-11-29T10:00:00Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_moment(name: str, raw: str, *, end: bool) -> datetime:
+    raw = raw.strip()
+    try:
+        if len(raw) == 10:  # a date: the start of that day, or for ``until`` the end of it
+            day = date.fromisoformat(raw)
+            moment = datetime.combine(day, time(0), tzinfo=UTC)
+            return moment + timedelta(days=1) if end else moment
+        moment = datetime.fromisoformat(raw.replace("z", "Z"))
+    except ValueError:
+        raise ReportFilterError(name, f"not a date or date-time: {raw!r} (use e.g. 2026-11-29 or 2026-11-29T10:00:00Z)") from None
+    if moment.tzinfo is None:  # datetime-local inputs: taken as UTC, the reports' time zone
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def _hour_ceil(moment: datetime) -> datetime:
+    floor = hour_floor(moment)
+    return floor if floor == moment else floor + timedelta(hours=1)
+
+
+def report_filters_parse(params: Mapping[str, str], *, project: Project, now: datetime | None = None) -> ReportFilters:
+    """Parse ``since``, ``until`` (ISO date or date-time, UTC unless an offset is given;
+    a date as ``until`` means the end of that day), ``granularity`` (hour/day/week),
+    ``tool`` (a tool name) and ``agent`` (an agent id of ``project``). Defaults: the last
+    7 days up to the end of the current hour, by day. The range is widened to whole hours.
+
+    Raises ``ReportFilterError(field, message)`` for a value that cannot be used."""
+    now = now or timezone.now()
+    explicit = {k: params.get(k, "") for k in ("since", "until", "granularity", "tool", "agent") if params.get(k)}
+    until = _parse_moment("until", params["until"], end=True) if params.get("until") else now
+    until = _hour_ceil(until)
+    since = _parse_moment("since", params["since"], end=False) if params.get("since") else until - DEFAULT_RANGE
+    since = hour_floor(since)
+    if since >= until:
+        raise ReportFilterError("since", "must be before until")
+    if until - since > MAX_RANGE:
+        raise ReportFilterError("since", f"the range may span at most {MAX_RANGE.days} days")
+    granularity = (params.get("granularity") or "").strip() or ("hour" if until - since <= timedelta(days=2) else "day")
+    if granularity not in GRANULARITIES:
+        raise ReportFilterError("granularity", f"must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
+    if (until - since) / STEP[granularity] > MAX_PERIODS:
+        raise ReportFilterError("granularity", f"{granularity} gives more than {MAX_PERIODS} periods for this range; pick a coarser one")
+    tool = (params.get("tool") or "").strip()
+    if len(tool) > 128:
+        raise ReportFilterError("tool", "at most 128 characters")
+    agent_id = None
+    agent_name = ""
+    raw_agent = (params.get("agent") or "").strip()
+    if raw_agent:
+        if not raw_agent.isdigit():
+            raise ReportFilterError("agent", f"must be an agent id (a number), got {raw_agent!r}")
+        agent = Agent.objects.filter(project=project, pk=int(raw_agent)).only("id", "name").first()
+        if agent is None:
+            raise ReportFilterError("agent", f"no agent {raw_agent} in this project")
+        agent_id, agent_name = agent.pk, agent.name
+    return ReportFilters(since=since, until=until, granularity=granularity, tool=tool,
+                         agent_id=agent_id, agent_name=agent_name, explicit=explicit)
+
+
+# --- helpers --------------------------------------------------------------------------
+
+def _rollups(project: Project, f: ReportFilters, *, since: datetime | None = None, until: datetime | None = None):
+    qs = CallRollup.objects.filter(project=project, bucket__gte=since or f.since, bucket__lt=until or f.until)
+    if f.tool:
+        qs = qs.filter(tool_name=f.tool)
+    if f.agent_id is not None:
+        qs = qs.filter(agent_id=f.agent_id)
+    return qs
+
+
+def _calls(project: Project, f: ReportFilters):
+    qs = ToolCall.objects.filter(project=project, created_at__gte=f.since, created_at__lt=f.until)
+    if f.tool:
+        qs = qs.filter(tool_name=f.tool)
+    if f.agent_id is not None:
+        qs = qs.filter(agent_id=f.agent_id)
+    return qs
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _period_floor(moment: datetime, granularity: str) -> datetime:
+    moment = hour_floor(moment)
+    if granularity == "hour":
+        return moment
+    day = moment.replace(hour=0)
+    if granularity == "day":
+        return day
+    return day - timedelta(days=day.weekday())  # ISO weeks start on Monday
+
+
+def periods(f: ReportFilters) -> list[tuple[datetime, datetime]]:
+    """The time-series periods covering ``[since, until)``, clipped to it:
+    ``[(start, end), …]``; the first and last may be partial."""
+    out = []
+    start = _period_floor(f.since, f.granularity)
+    while start < f.until:
+        end = start + STEP[f.granularity]
+        out.append((max(start, f.since), min(end, f.until)))
+        start = end
+    return out
+
+
+def _category_sort(category: str) -> int:
+    return CATEGORY_ORDER.index(category) if category in CATEGORY_ORDER else len(CATEGORY_ORDER)
+
+
+# --- reports reading rollups ------------------------------------------------------------
+
+def report_categories(*, project: Project, f: ReportFilters) -> dict:
+    """Calls per category per period.
+
+    Returns ``{"periods": [{"since", "until"}], "categories": [category…],
+    "series": [{"category", "label", "counts": [int per period], "total"}], "totals": [int per period],
+    "total": int}`` (categories with no calls are left out; blank category is "")."""
+    spans = periods(f)
+    index = {start: i for i, (start, _) in enumerate(spans)}
+    rows = (
+        _rollups(project, f)
+        .annotate(period=Trunc("bucket", f.granularity, tzinfo=UTC))
+        .values("period", "category")
+        .annotate(calls=Sum("calls"))
+        .order_by()
+    )
+    counts: dict[str, list[int]] = {}
+    for row in rows:
+        period = max(row["period"].astimezone(UTC), f.since)
+        i = index.get(period)
+        if i is None:  # SQLite week truncation quirks: fall back to a search
+            i = next(k for k, (s, e) in enumerate(spans) if s <= period < e)
+        counts.setdefault(row["category"], [0] * len(spans))[i] += row["calls"]
+    categories = sorted(counts, key=_category_sort)
+    series = [
+        {"category": c, "label": CATEGORY_LABEL.get(c, "Unclassified"), "counts": counts[c], "total": sum(counts[c])}
+        for c in categories
+    ]
+    totals = [sum(counts[c][i] for c in categories) for i in range(len(spans))]
+    return {
+        "periods": [{"since": iso(s), "until": iso(e)} for s, e in spans],
+        "categories": categories,
+        "series": series,
+        "totals": totals,
+        "total": sum(totals),
+    }
+
+
+def report_reasons(*, project: Project, f: ReportFilters) -> dict:
+    """Calls per reason, with its share and the change against the previous period of the
+    same length. Returns ``{"total", "previous_total", "previous": {"since", "until"},
+    "rows": [{"reason", "category", "calls", "share", "previous_calls", "change",
+    "change_ratio"}]}`` ordered by calls, most first (``change_ratio`` None when the
+    previous period had none)."""
+    current = dict(_rollups(project, f).values("reason").annotate(n=Sum("calls")).values_list("reason", "n").order_by())
+    prev_since, prev_until = f.previous
+    previous = dict(
+        _rollups(project, f, since=prev_since, until=prev_until)
+        .values("reason").annotate(n=Sum("calls")).values_list("reason", "n").order_by()
+    )
+    total = sum(current.values())
+    rows = []
+    for reason in set(current) | set(previous):
+        n, p = current.get(reason, 0), previous.get(reason, 0)
+        category = TABLE[Reason(reason)][0].value if reason in REASON_ORDER else ""
+        rows.append({
+            "reason": reason, "category": category, "calls": n, "share": _share(n, total),
+            "previous_calls": p, "change": n - p, "change_ratio": round((n - p) / p, 4) if p else None,
+        })
+    rows.sort(key=lambda r: (-r["calls"], -r["previous_calls"], r["reason"]))
+    return {
+        "total": total, "previous_total": sum(previous.values()),
+        "previous": {"since": iso(prev_since), "until": iso(prev_until)}, "rows": rows,
+    }
+
+
+def _grouped_by_category(project: Project, f: ReportFilters, key: str) -> tuple[list[dict], list[str]]:
+    rows = (
+        _rollups(project, f)
+        .values(key, "category")
+        .annotate(calls=Sum("calls"), attempts=Sum("attempts"), dups=Sum("duplicates_suppressed"))
+        .order_by()
+    )
+    groups: dict = {}
+    seen: set[str] = set()
+    for row in rows:
+        g = groups.setdefault(row[key], {"key": row[key], "calls": 0, "attempts": 0, "duplicates_suppressed": 0,
+                                          "not_ok": 0, "by_category": {}})
+        g["calls"] += row["calls"]
+        g["attempts"] += row["attempts"]
+        g["duplicates_suppressed"] += row["dups"]
+        if row["category"] not in GOOD_CATEGORIES:
+            g["not_ok"] += row["calls"]
+        g["by_category"][row["category"]] = g["by_category"].get(row["category"], 0) + row["calls"]
+        seen.add(row["category"])
+    out = sorted(groups.values(), key=lambda g: (-g["calls"], str(g["key"])))
+    for g in out:
+        g["not_ok_share"] = _share(g["not_ok"], g["calls"])
+    return out, sorted(seen, key=_category_sort)
+
+
+def report_tools(*, project: Project, f: ReportFilters) -> dict:
+    """Calls per tool name. Returns ``{"categories": [category…], "rows": [{"tool", "calls",
+    "not_ok", "not_ok_share", "attempts", "duplicates_suppressed", "by_category": {category: n}}]}``."""
+    groups, categories = _grouped_by_category(project, f, "tool_name")
+    for g in groups:
+        g["tool"] = g.pop("key")
+    return {"categories": categories, "rows": groups}
+
+
+def report_agents(*, project: Project, f: ReportFilters) -> dict:
+    """Calls per agent. Returns ``{"categories": [...], "rows": [{"agent_id", "agent", "calls",
+    "not_ok", "not_ok_share", "attempts", "duplicates_suppressed", "by_category"}]}``."""
+    groups, categories = _grouped_by_category(project, f, "agent_id")
+    names = dict(Agent.objects.filter(project=project, pk__in=[g["key"] for g in groups]).values_list("id", "name"))
+    for g in groups:
+        g["agent_id"] = g.pop("key")
+        g["agent"] = names.get(g["agent_id"], f"#{g['agent_id']}")
+    return {"categories": categories, "rows": groups}
+
+
+def report_routes(*, project: Project, f: ReportFilters) -> dict:
+    """Calls per route. Returns ``{"total", "rows": [{"route", "label", "calls", "share"}]}``
+    in the taxonomy's route order."""
+    counts = dict(_rollups(project, f).values("route").annotate(n=Sum("calls")).values_list("route", "n").order_by())
+    total = sum(counts.values())
+    labels = {r.value: r.label for r in Route}
+    order = [r.value for r in Route]
+    rows = [
+        {"route": r, "label": labels.get(r, "None yet"), "calls": n, "share": _share(n, total)}
+        for r, n in sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    ]
+    return {"total": total, "rows": rows}
+
+
+def report_duplicates(*, project: Project, f: ReportFilters) -> dict:
+    """Duplicate writes prevented (``duplicates_suppressed``, the repeats answered with the
+    stored receipt) per period and per tool, and the calls ending ``duplicate_suppressed``.
+    Returns ``{"total", "calls_with_reason", "periods": [{"since", "until", "prevented"}],
+    "rows": [{"tool", "prevented", "calls"}]}``."""
+    spans = periods(f)
+    prevented = [0] * len(spans)
+    rows = (
+        _rollups(project, f).filter(duplicates_suppressed__gt=0)
+        .values("bucket").annotate(n=Sum("duplicates_suppressed")).order_by()
+    )
+    for row in rows:
+        b = row["bucket"].astimezone(UTC)
+        i = next(k for k, (s, e) in enumerate(spans) if s <= b < e)
+        prevented[i] += row["n"]
+    per_tool = (
+        _rollups(project, f).values("tool_name")
+        .annotate(prevented=Sum("duplicates_suppressed"),
+                  calls=Coalesce(Sum("calls", filter=Q(reason=Reason.DUPLICATE_SUPPRESSED)), 0))
+        .filter(Q(prevented__gt=0) | Q(calls__gt=0))
+        .order_by("-prevented", "tool_name")
+    )
+    return {
+        "total": sum(prevented),
+        "calls_with_reason": sum(r["calls"] for r in per_tool),
+        "periods": [{"since": iso(s), "until": iso(e), "prevented": n} for (s, e), n in zip(spans, prevented)],
+        "rows": [{"tool": r["tool_name"], "prevented": r["prevented"], "calls": r["calls"]} for r in per_tool],
+    }
+
+
+# --- reports reading calls directly ------------------------------------------------------
+
+def report_retries(*, project: Project, f: ReportFilters) -> dict:
+    """Calls that met a retryable failure: now transient (waiting to retry), ended
+    ``retry_exhausted``, or used more than one attempt. Outcome of those calls and the
+    attempts they used. Returns ``{"total", "succeeded", "succeeded_share", "retrying",
+    "exhausted", "other", "outcomes": [{"outcome", "calls"}], "attempts": [{"attempts", "calls"}]}``
+    (``attempts`` "5+" groups five and more)."""
+    retried = _calls(project, f).filter(
+        Q(attempts__gte=2) | Q(category=Category.TRANSIENT) | Q(reason=Reason.RETRY_EXHAUSTED)
+    )
+    agg = retried.aggregate(
+        total=Count("id"),
+        succeeded=Count("id", filter=Q(category__in=GOOD_CATEGORIES) | Q(reason=Reason.RECONCILED_APPLIED)),
+        retrying=Count("id", filter=Q(category=Category.TRANSIENT)),
+        exhausted=Count("id", filter=Q(reason=Reason.RETRY_EXHAUSTED)),
+    )
+    other = agg["total"] - agg["succeeded"] - agg["retrying"] - agg["exhausted"]
+    attempts: dict[str, int] = {}
+    for n, calls in retried.values_list("attempts").annotate(c=Count("id")).values_list("attempts", "c").order_by():
+        label = str(n) if n < 5 else "5+"
+        attempts[label] = attempts.get(label, 0) + calls
+    order = ["0", "1", "2", "3", "4", "5+"]
+    return {
+        "total": agg["total"],
+        "succeeded": agg["succeeded"],
+        "succeeded_share": _share(agg["succeeded"], agg["total"]),
+        "retrying": agg["retrying"],
+        "exhausted": agg["exhausted"],
+        "other": other,
+        "outcomes": [
+            {"outcome": "succeeded", "calls": agg["succeeded"]},
+            {"outcome": "still_retrying", "calls": agg["retrying"]},
+            {"outcome": "retry_exhausted", "calls": agg["exhausted"]},
+            {"outcome": "other", "calls": other},
+        ],
+        "attempts": [{"attempts": k, "calls": attempts[k]} for k in order if k in attempts],
+    }
+
+
+def report_unknown_outcomes(*, project: Project, f: ReportFilters) -> dict:
+    """Calls whose write had an unknown outcome (now or earlier: a call event classified
+    ``unknown_outcome``, or a current reason of that category or of reconciliation), and
+    how each was settled: by a human (a decision was recorded), by reconciliation or a later
+    event (finished without a decision), or still open. Returns ``{"total",
+    "by_reconciliation", "by_human", "open", "rows": [{"reason", "category", "by_reconciliation",
+    "by_human", "open", "calls"}]}``."""
+    from callgate.models import CallEvent
+
+    ever_unknown = CallEvent.objects.filter(project=project, category=Category.UNKNOWN_OUTCOME).values("call_id")
+    calls = _calls(project, f).filter(
+        Q(category__in=[Category.UNKNOWN_OUTCOME, Category.RECONCILIATION]) | Q(pk__in=ever_unknown)
+    )
+    human = Q(decided_at__isnull=False)
+    open_ = Q(decided_at__isnull=True, state__in=OPEN_STATES)
+    rows = (
+        calls.values("reason", "category")
+        .annotate(calls_n=Count("id"), by_human=Count("id", filter=human), open=Count("id", filter=open_))
+        .order_by("-calls_n", "reason")
+    )
+    out = []
+    for r in rows:
+        out.append({
+            "reason": r["reason"], "category": r["category"], "calls": r["calls_n"], "by_human": r["by_human"],
+            "open": r["open"], "by_reconciliation": r["calls_n"] - r["by_human"] - r["open"],
+        })
+    return {
+        "total": sum(r["calls"] for r in out),
+        "by_reconciliation": sum(r["by_reconciliation"] for r in out),
+        "by_human": sum(r["by_human"] for r in out),
+        "open": sum(r["open"] for r in out),
+        "rows": out,
+    }
+
+
+def report_contracts(*, project: Project, f: ReportFilters) -> dict:
+    """Contract quality: each tool version's lint score beside the share of its calls (in the
+    range) that were argument errors or hallucinations. Returns ``{"rows": [{"tool", "version",
+    "contract_id", "lint_score", "lint_findings", "calls", "argument_errors",
+    "argument_error_rate", "hallucinations", "hallucination_rate"}]}`` (versions without
+    calls in the range included when no tool filter hides them; rates None without calls)."""
+    per_contract = {
+        r["contract_id"]: r
+        for r in _calls(project, f).filter(contract__isnull=False).values("contract_id").annotate(
+            calls=Count("id"),
+            argument_errors=Count("id", filter=Q(category=Category.ARGUMENT_ERROR)),
+            hallucinations=Count("id", filter=Q(category=Category.HALLUCINATION)),
+        ).order_by()
+    }
+    contracts = ToolContract.objects.filter(project=project)
+    if f.tool:
+        contracts = contracts.filter(name=f.tool)
+    if f.agent_id is not None:  # only versions the agent called
+        contracts = contracts.filter(pk__in=list(per_contract))
+    rows = []
+    for c in contracts.only("id", "name", "version", "lint_score", "lint_findings").order_by("name", "-version"):
+        stats = per_contract.get(c.pk, {"calls": 0, "argument_errors": 0, "hallucinations": 0})
+        rows.append({
+            "tool": c.name, "version": c.version, "contract_id": c.pk, "lint_score": c.lint_score,
+            "lint_findings": len(c.lint_findings or []), "calls": stats["calls"],
+            "argument_errors": stats["argument_errors"], "argument_error_rate": _share(stats["argument_errors"], stats["calls"]),
+            "hallucinations": stats["hallucinations"], "hallucination_rate": _share(stats["hallucinations"], stats["calls"]),
+        })
+    return {"rows": rows}
+
+
+def _percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of an ascending list (None when empty)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+AGE_BUCKETS = [
+    ("under_15m", "< 15 min", timedelta(minutes=15)),
+    ("15m_1h", "15 min – 1 h", timedelta(hours=1)),
+    ("1h_4h", "1 – 4 h", timedelta(hours=4)),
+    ("4h_24h", "4 – 24 h", timedelta(hours=24)),
+    ("over_24h", "> 24 h", None),
+]
+
+
+def report_review(*, project: Project, f: ReportFilters, now: datetime | None = None) -> dict:
+    """Health of the review queue. Open items by age (now, whatever the range), time from an
+    item's opening to its decision (items decided in the range, in seconds: median and p90),
+    decisions by type and overrides (approvals that skipped the reconciliation guard).
+    Returns ``{"available": bool, "open_total", "open_by_age": [{"bucket", "label", "items"}],
+    "decided": int, "median_seconds", "p90_seconds", "decisions": [{"resolution", "items"}],
+    "overrides": int | None}``; ``available`` is False (and the rest empty) when the
+    reviews app is not installed."""
+    empty = {"available": False, "open_total": 0, "open_by_age": [], "decided": 0, "median_seconds": None,
+             "p90_seconds": None, "decisions": [], "overrides": None}
+    try:
+        ReviewItem = apps.get_model("reviews", "ReviewItem")
+    except LookupError:
+        return empty
+    now = now or timezone.now()
+    items = ReviewItem.objects.filter(project=project)
+    if f.tool:
+        items = items.filter(call__tool_name=f.tool)
+    if f.agent_id is not None:
+        items = items.filter(call__agent_id=f.agent_id)
+    open_items = items.filter(status__in=["open", "claimed"])
+    ages = list(open_items.values_list("created_at", flat=True))
+    by_age = []
+    lower = timedelta(0)
+    for key, label, upper in AGE_BUCKETS:
+        n = sum(1 for c in ages if (now - c) >= lower and (upper is None or (now - c) < upper))
+        by_age.append({"bucket": key, "label": label, "items": n})
+        lower = upper or lower
+    decided = items.filter(resolved_at__gte=f.since, resolved_at__lt=f.until).exclude(status__in=["open", "claimed"])
+    durations = sorted(
+        (resolved - created).total_seconds()
+        for created, resolved in decided.values_list("created_at", "resolved_at")
+    )
+    decisions = [
+        {"resolution": r or "none", "items": n}
+        for r, n in decided.values("resolution").annotate(n=Count("id")).values_list("resolution", "n").order_by("-n", "resolution")
+    ]
+    overrides = None
+    try:
+        ReviewAudit = apps.get_model("reviews", "ReviewAudit")
+    except LookupError:
+        ReviewAudit = None
+    if ReviewAudit is not None and any(fl.name == "override" for fl in ReviewAudit._meta.get_fields()):
+        audits = ReviewAudit.objects.filter(project=project, override=True, created_at__gte=f.since, created_at__lt=f.until)
+        if f.tool:
+            audits = audits.filter(item__call__tool_name=f.tool)
+        if f.agent_id is not None:
+            audits = audits.filter(item__call__agent_id=f.agent_id)
+        overrides = audits.count()
+    return {
+        "available": True,
+        "open_total": len(ages),
+        "open_by_age": by_age,
+        "decided": len(durations),
+        "median_seconds": _percentile(durations, 0.5),
+        "p90_seconds": _percentile(durations, 0.9),
+        "decisions": decisions,
+        "overrides": overrides,
+    }
+
+
+def direct_counts(*, project: Project, since: datetime, until: datetime) -> dict[tuple, tuple[int, int, int]]:
+    """For checks: ``{(hour, tool, agent_id, reason, route): (calls, attempts, duplicates)}``
+    counted directly over ``ToolCall`` (what the rollups must equal)."""
+    out: dict[tuple, tuple[int, int, int]] = {}
+    for c in ToolCall.objects.filter(project=project, created_at__gte=since, created_at__lt=until).only(
+        "created_at", "tool_name", "agent_id", "reason", "route", "attempts", "duplicates_suppressed"
+    ):
+        key = (hour_floor(c.created_at), c.tool_name, c.agent_id, c.reason, c.route)
+        n, a, d = out.get(key, (0, 0, 0))
+        out[key] = (n + 1, a + c.attempts, d + c.duplicates_suppressed)
+    return out

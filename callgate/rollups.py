@@ -1,0 +1,175 @@
+"""Rollup maintenance: ``CallRollup`` holds, per project, UTC hour (of the call's creation),
+tool, agent, reason and route, the number of calls, their attempts and their suppressed
+duplicates. Report queries read it instead of scanning ``ToolCall``.
+
+How it stays equal to a direct count
+------------------------------------
+A call's reason, route, attempts and duplicates change after it was created, so a bucket
+(project, hour of ``created_at``) is never "done". ``refresh_rollups`` (every minute, Celery
+beat) finds the buckets of calls whose ``updated_at`` moved since the last run and
+recomputes each touched bucket *whole*: one aggregate over the bucket's calls, then delete
+the bucket's rollup rows and insert the new ones, in one transaction. Recomputing the whole
+bucket (instead of adding deltas) makes the refresh idempotent: running it twice, or on a
+bucket nothing changed in, gives the same rows.
+
+Concurrency
+-----------
+- Two refreshes of the same bucket (two workers, or the task and ``backfill_rollups``) are
+  serialised by a transaction-scoped lock on the bucket: ``pg_advisory_xact_lock`` on
+  PostgreSQL; on SQLite every write transaction is already exclusive (``transaction_mode
+  IMMEDIATE`` in settings). Without it the second delete would not see the first's freshly
+  inserted rows (READ COMMITTED) and its insert would hit the unique constraint.
+- The aggregate runs after the lock is taken, so it sees every call committed before the
+  lock; a call committed later carries an ``updated_at`` at or after the run's start, minus
+  the time its own transaction took. The next run looks back from the previous run's start
+  minus ``OVERLAP`` (longer than any request transaction), so that call's bucket is
+  recomputed again. Every service that changes a ``ToolCall`` must set ``updated_at``.
+- Readers see either the old or the new rows of a bucket, never a half-written bucket
+  (delete and insert commit together).
+
+The watermark (start time of the last successful run) lives in Django's cache: losing it
+(cache flush, another process's local-memory cache) only makes the next run look back
+``FALLBACK_WINDOW`` instead, which is safe because refreshes are idempotent. For anything
+older (a new installation, a purge) run ``manage.py backfill_rollups``.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta, timezone as dt_timezone
+from typing import Callable, Iterable
+
+from celery import shared_task
+from django.core.cache import cache
+from django.db import connection, transaction
+from django.db.models import Count, Sum
+from django.db.models.functions import Coalesce, TruncHour
+from django.utils import timezone
+
+from callgate.models import CallRollup, ToolCall
+
+logger = logging.getLogger(__name__)
+
+WATERMARK_KEY = "callgate:rollups:watermark"
+#: Look back this much before the previous run's start (longer than any request transaction).
+OVERLAP = timedelta(minutes=2)
+#: Look back this far when there is no watermark (first run, cache flushed).
+FALLBACK_WINDOW = timedelta(hours=2)
+
+Bucket = tuple[int, datetime]  # (project_id, start of the UTC hour)
+
+
+def hour_floor(moment: datetime) -> datetime:
+    """The start of the UTC hour ``moment`` falls in (aware, UTC)."""
+    return moment.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def _lock_bucket(project_id: int, bucket: datetime) -> None:
+    """Serialise refreshes of one bucket until the surrounding transaction ends."""
+    if connection.vendor == "postgresql":
+        hours = int(bucket.timestamp()) // 3600
+        with connection.cursor() as cursor:
+            # two-int form: (project, hour since the epoch); classid/objid are int4
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [project_id % 2**31, hours % 2**31])
+
+
+def bucket_aggregate(*, project_id: int, bucket: datetime) -> list[dict]:
+    """The rollup cells of one bucket computed from ``ToolCall``: dicts with tool_name,
+    agent_id, reason, category, route, calls, attempts, duplicates_suppressed."""
+    rows = (
+        ToolCall.objects.filter(project_id=project_id, created_at__gte=bucket, created_at__lt=bucket + timedelta(hours=1))
+        # category is a function of the reason (taxonomy), so the groups are the unique cells
+        .values("tool_name", "agent_id", "reason", "category", "route")
+        .annotate(
+            calls=Count("id"),
+            attempts=Coalesce(Sum("attempts"), 0),
+            duplicates_suppressed=Coalesce(Sum("duplicates_suppressed"), 0),
+        )
+        .order_by()
+    )
+    return [dict(row) for row in rows]
+
+
+def rollup_bucket_refresh(*, project_id: int, bucket: datetime) -> int:
+    """Recompute one (project, hour) bucket: delete its rollup rows and insert the fresh
+    aggregate, atomically and serialised per bucket. Returns the number of rows written."""
+    bucket = hour_floor(bucket)
+    with transaction.atomic():
+        _lock_bucket(project_id, bucket)
+        cells = bucket_aggregate(project_id=project_id, bucket=bucket)
+        CallRollup.objects.filter(project_id=project_id, bucket=bucket).delete()
+        CallRollup.objects.bulk_create(
+            [CallRollup(project_id=project_id, bucket=bucket, **cell) for cell in cells]
+        )
+    return len(cells)
+
+
+def touched_buckets(*, changed_since: datetime, project_id: int | None = None) -> list[Bucket]:
+    """Distinct (project_id, creation hour) of calls whose ``updated_at`` >= ``changed_since``."""
+    calls = ToolCall.objects.filter(updated_at__gte=changed_since)
+    if project_id is not None:
+        calls = calls.filter(project_id=project_id)
+    rows = (
+        calls.annotate(hour=TruncHour("created_at", tzinfo=dt_timezone.utc))
+        .values_list("project_id", "hour")
+        .distinct()
+        .order_by("project_id", "hour")
+    )
+    return [(pid, hour_floor(hour)) for pid, hour in rows]
+
+
+def rollups_refresh_changed(*, now: datetime | None = None) -> dict:
+    """Refresh every bucket touched since the watermark (minus ``OVERLAP``) and move the
+    watermark to this run's start. Returns ``{"buckets": n, "rows": n, "since": datetime}``."""
+    started = now or timezone.now()
+    watermark = cache.get(WATERMARK_KEY)
+    since = (watermark - OVERLAP) if watermark else started - FALLBACK_WINDOW
+    buckets = touched_buckets(changed_since=since)
+    rows = sum(rollup_bucket_refresh(project_id=pid, bucket=hour) for pid, hour in buckets)
+    # only after every bucket is written: a crash before this line repeats the work next time
+    previous = cache.get(WATERMARK_KEY)
+    if previous is None or previous < started:
+        cache.set(WATERMARK_KEY, started, timeout=None)
+    return {"buckets": len(buckets), "rows": rows, "since": since}
+
+
+def rollups_rebuild(
+    *,
+    project_id: int | None = None,
+    since: datetime | None = None,
+    progress: Callable[[int, int, Bucket], None] | None = None,
+) -> dict:
+    """Recompute every bucket that has calls or rollup rows (of one project, from ``since``
+    on). Buckets whose calls are gone lose their rows. ``progress(done, total, bucket)`` is
+    called after each bucket. Returns ``{"buckets": n, "rows": n}``."""
+    calls = ToolCall.objects.all()
+    rollups = CallRollup.objects.all()
+    if project_id is not None:
+        calls = calls.filter(project_id=project_id)
+        rollups = rollups.filter(project_id=project_id)
+    if since is not None:
+        calls = calls.filter(created_at__gte=hour_floor(since))
+        rollups = rollups.filter(bucket__gte=hour_floor(since))
+    buckets: set[Bucket] = {
+        (pid, hour_floor(hour))
+        for pid, hour in calls.annotate(hour=TruncHour("created_at", tzinfo=dt_timezone.utc))
+        .values_list("project_id", "hour")
+        .distinct()
+        .order_by()
+    }
+    buckets |= {(pid, hour_floor(b)) for pid, b in rollups.values_list("project_id", "bucket").distinct().order_by()}
+    ordered: Iterable[Bucket] = sorted(buckets)
+    total = len(buckets)
+    rows = 0
+    for done, (pid, hour) in enumerate(ordered, start=1):
+        rows += rollup_bucket_refresh(project_id=pid, bucket=hour)
+        if progress is not None:
+            progress(done, total, (pid, hour))
+    return {"buckets": total, "rows": rows}
+
+
+@shared_task(name="callgate.rollups.refresh_rollups", ignore_result=True)
+def refresh_rollups() -> dict:
+    """Celery beat, every minute: recompute the rollup buckets of recently changed calls."""
+    result = rollups_refresh_changed()
+    logger.info("rollups refreshed: %(buckets)s buckets, %(rows)s rows", result)
+    return {"buckets": result["buckets"], "rows": result["rows"]}

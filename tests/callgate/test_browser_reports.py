@@ -1,0 +1,128 @@
+"""The report pages in a real browser (Chromium via Playwright), light and dark: charts are
+drawn (no CSP or script errors), tables sit beside them, and screenshots of every page go
+to ``test-artifacts/`` for a human to look at."""
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.staticfiles.testing import StaticLiveServerTestCase
+from django.utils import timezone
+
+from callgate.models import Agent, Membership, Project
+from callgate.rollups import hour_floor, rollups_rebuild
+from tests.callgate.test_reports import make_contracts, seed_calls
+from tests.factories import make_user
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts"
+PAGES = [("overview", ""), ("reasons", "reasons/"), ("tools", "tools/"), ("agents", "agents/"),
+         ("reliability", "reliability/"), ("review", "review/")]
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium is not installed")
+class BrowserReportsTests(StaticLiveServerTestCase):
+    @classmethod
+    def setUpClass(cls):
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop
+        super().setUpClass()
+        from playwright.sync_api import sync_playwright
+
+        cls.playwright = sync_playwright().start()
+        cls.browser = cls.playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.browser.close()
+        cls.playwright.stop()
+        super().tearDownClass()
+
+    def setUp(self):
+        self.project = Project.objects.create(slug="acme", name="Acme")
+        self.maria = make_user("maria")
+        Membership.objects.create(user=self.maria, project=self.project, role=Membership.Role.MANAGER)
+        agents = [Agent.objects.create(project=self.project, name=n) for n in ("support-bot", "travel-bot", "billing-bot")]
+        contracts = make_contracts(self.project)
+        start = hour_floor(timezone.now()) - timedelta(days=7)
+        calls = seed_calls(self.project, agents, contracts, n=900, start=start, hours=24 * 7)
+        seed_calls(self.project, agents, contracts, seed=3, n=700, start=start - timedelta(days=7), hours=24 * 7)
+        self._review_items(calls)
+        rollups_rebuild()
+        ARTIFACTS.mkdir(exist_ok=True)
+
+    def _review_items(self, calls):
+        from django.apps import apps
+
+        try:
+            ReviewItem = apps.get_model("reviews", "ReviewItem")
+        except LookupError:
+            return
+        now = timezone.now()
+        review = [c for c in calls if c.route == "review"]
+        for i, call in enumerate(review):
+            if i % 3 == 0:
+                ReviewItem.objects.create(project=self.project, call=call, reason=call.reason,
+                                          created_at=now - timedelta(minutes=7 * i + 3))
+            else:
+                ReviewItem.objects.create(
+                    project=self.project, call=call, reason=call.reason, status="resolved",
+                    resolution=["approve_retry", "reject", "mark_applied", "mark_failed"][i % 4],
+                    created_at=call.created_at, resolved_at=call.created_at + timedelta(minutes=4 + 9 * (i % 7)),
+                )
+
+    def _context(self, scheme: str):
+        from django.test import Client
+
+        client = Client()
+        client.force_login(self.maria)
+        context = self.browser.new_context(color_scheme=scheme, viewport={"width": 1440, "height": 900})
+        context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+                              "url": self.live_server_url}])
+        return context
+
+    def test_it_draws_every_report_page_in_light_and_dark(self):
+        for scheme in ("light", "dark"):
+            context = self._context(scheme)
+            page = context.new_page()
+            errors: list[str] = []
+            # script errors and CSP violations show as console errors; 404s are checked by URL below
+            page.on("console", lambda msg: errors.append(msg.text)
+                    if msg.type == "error" and not msg.text.startswith("Failed to load resource") else None)
+            page.on("response", lambda r: errors.append(f"{r.status} {r.url}")
+                    if r.status >= 400 and not r.url.endswith("/favicon.ico") else None)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            for name, path in PAGES:
+                response = page.goto(f"{self.live_server_url}/p/acme/reports/{path}")
+                assert response.status == 200, (name, response.status)
+                page.wait_for_load_state("networkidle")
+                canvases = page.locator("canvas[role=img]")
+                for i in range(canvases.count()):
+                    canvas = canvases.nth(i)
+                    assert canvas.get_attribute("aria-label")
+                    # Chart.js sized the canvas: it drew something
+                    assert page.evaluate("(c) => Chart.getChart(c) !== undefined", canvas.element_handle()), (name, i)
+                assert page.locator("table.report-table").count() >= 1
+                page.screenshot(path=str(ARTIFACTS / f"reports-{name}-{scheme}.png"), full_page=True)
+            assert errors == [], errors
+            context.close()
+
+    def test_it_keeps_the_filters_when_the_form_is_submitted(self):
+        context = self._context("light")
+        page = context.new_page()
+        page.goto(f"{self.live_server_url}/p/acme/reports/tools/")
+        page.select_option("select[name=tool]", "get_weather")
+        page.select_option("select[name=granularity]", "hour")
+        page.click("form.report-filters button[type=submit]")
+        page.wait_for_load_state("networkidle")
+        assert "tool=get_weather" in page.url and "granularity=hour" in page.url
+        page.click("nav.subnav a:has-text('Agents')")
+        page.wait_for_load_state("networkidle")
+        assert "/reports/agents/" in page.url and "tool=get_weather" in page.url
+        assert page.locator("select[name=tool]").input_value() == "get_weather"
+        context.close()

@@ -1,0 +1,196 @@
+"""Rollups equal a direct count over the calls, after late changes and a refresh."""
+from __future__ import annotations
+
+import io
+import random
+import threading
+import uuid
+from datetime import datetime, timedelta, timezone as dt_timezone
+
+from django.core.cache import cache
+from django.core.management import call_command
+from django.db import connection, connections
+from django.db.models import Sum
+from django.test import TransactionTestCase
+from django.utils import timezone
+
+from callgate import rollups
+from callgate.models import Agent, CallRollup, ToolCall
+from callgate.reports import direct_counts
+from callgate.taxonomy import TABLE, Reason
+from tests.factories import BaseTestCase
+
+REASONS = [r for r in Reason]
+STATES = [s for s in ToolCall.State]
+
+
+def make_call(*, project, agent, created_at, tool="get_weather", reason=Reason.OK, attempts=1, duplicates=0,
+              state=ToolCall.State.SUCCEEDED, **extra) -> ToolCall:
+    category, route = TABLE[Reason(reason)] if reason else ("", "")
+    return ToolCall.objects.create(
+        project=project, agent=agent, operation_id=str(uuid.uuid4()), tool_name=tool, state=state,
+        reason=reason, category=category, route=route, attempts=attempts, duplicates_suppressed=duplicates,
+        created_at=created_at, updated_at=extra.pop("updated_at", created_at), **extra,
+    )
+
+
+def rollup_counts(project) -> dict[tuple, tuple[int, int, int]]:
+    return {
+        (r.bucket, r.tool_name, r.agent_id, r.reason, r.route): (r.calls, r.attempts, r.duplicates_suppressed)
+        for r in CallRollup.objects.filter(project=project)
+    }
+
+
+def generate(rng: random.Random, *, project, agents, now, n=300) -> list[ToolCall]:
+    tools = ["get_weather", "create_follow_up", "issue_refund", ""]
+    calls = []
+    for _ in range(n):
+        reason = rng.choice(REASONS + [""])
+        calls.append(make_call(
+            project=project, agent=rng.choice(agents), tool=rng.choice(tools), reason=reason,
+            created_at=now - timedelta(minutes=rng.randrange(0, 60 * 30), seconds=rng.randrange(60)),
+            attempts=rng.randrange(0, 5), duplicates=rng.choice([0, 0, 0, 1, 2]), state=rng.choice(STATES),
+        ))
+    return calls
+
+
+class RollupsTests(BaseTestCase):
+    def setUp(self):
+        cache.delete(rollups.WATERMARK_KEY)
+        self.agent2 = Agent.objects.create(project=self.project, name="travel-bot")
+
+    def test_it_equals_a_direct_count_after_late_changes_and_a_refresh(self):
+        now = timezone.now()
+        for seed in (1, 2, 3):
+            rng = random.Random(seed)
+            ToolCall.objects.all().delete()
+            CallRollup.objects.all().delete()
+            cache.delete(rollups.WATERMARK_KEY)
+            calls = generate(rng, project=self.project, agents=[self.agent, self.agent2], now=now - timedelta(minutes=5))
+            generate(rng, project=self.other_project, agents=[self.other_agent], now=now - timedelta(minutes=5), n=40)
+            rollups.rollups_rebuild()
+            since, until = now - timedelta(days=3), now + timedelta(hours=1)
+            assert rollup_counts(self.project) == direct_counts(project=self.project, since=since, until=until)
+
+            # late changes: a new reason, more attempts, a suppressed duplicate, some new calls
+            changed_at = now + timedelta(seconds=1)
+            for call in rng.sample(calls, 60):
+                reason = rng.choice(REASONS)
+                category, route = TABLE[reason]
+                ToolCall.objects.filter(pk=call.pk).update(
+                    reason=reason, category=category, route=route, attempts=call.attempts + rng.randrange(3),
+                    duplicates_suppressed=call.duplicates_suppressed + rng.choice([0, 1]), updated_at=changed_at,
+                )
+            make_call(project=self.project, agent=self.agent, created_at=changed_at, updated_at=changed_at)
+            assert rollup_counts(self.project) != direct_counts(project=self.project, since=since, until=until)
+
+            cache.set(rollups.WATERMARK_KEY, now)
+            result = rollups.rollups_refresh_changed(now=now + timedelta(minutes=1))
+            assert result["buckets"] > 0
+            assert rollup_counts(self.project) == direct_counts(project=self.project, since=since, until=until)
+            assert rollup_counts(self.other_project) == direct_counts(
+                project=self.other_project, since=since, until=until
+            )
+
+    def test_it_moves_calls_between_cells_when_the_reason_changes(self):
+        hour = rollups.hour_floor(timezone.now()) - timedelta(hours=3)
+        call = make_call(project=self.project, agent=self.agent, created_at=hour + timedelta(minutes=5),
+                         reason=Reason.OUTCOME_UNKNOWN, attempts=1)
+        rollups.rollup_bucket_refresh(project_id=self.project.pk, bucket=hour)
+        assert list(CallRollup.objects.values_list("reason", "calls")) == [("outcome_unknown", 1)]
+
+        ToolCall.objects.filter(pk=call.pk).update(reason="reconciled_applied", category="reconciliation",
+                                                   route="return_receipt", updated_at=timezone.now())
+        rollups.rollups_refresh_changed()
+        rows = list(CallRollup.objects.values_list("bucket", "reason", "category", "route", "calls"))
+        assert rows == [(hour, "reconciled_applied", "reconciliation", "return_receipt", 1)]
+
+    def test_it_skips_buckets_nothing_changed_in(self):
+        old = timezone.now() - timedelta(days=2)
+        make_call(project=self.project, agent=self.agent, created_at=old)
+        result = rollups.rollups_refresh_changed()
+        assert result["buckets"] == 0
+        assert not CallRollup.objects.exists()
+
+    def test_it_is_idempotent(self):
+        hour = rollups.hour_floor(timezone.now())
+        make_call(project=self.project, agent=self.agent, created_at=hour, attempts=2, duplicates=1)
+        rollups.rollup_bucket_refresh(project_id=self.project.pk, bucket=hour)
+        rollups.rollup_bucket_refresh(project_id=self.project.pk, bucket=hour)
+        assert CallRollup.objects.aggregate(c=Sum("calls"), a=Sum("attempts"), d=Sum("duplicates_suppressed")) == {
+            "c": 1, "a": 2, "d": 1
+        }
+
+    def test_it_runs_as_a_celery_task(self):
+        make_call(project=self.project, agent=self.agent, created_at=timezone.now())
+        rollups.refresh_rollups.delay()
+        assert CallRollup.objects.get().calls == 1
+
+    def test_it_is_scheduled_every_minute(self):
+        from django.conf import settings
+
+        entries = [e for e in settings.CELERY_BEAT_SCHEDULE.values() if e["task"] == "callgate.rollups.refresh_rollups"]
+        assert len(entries) == 1 and entries[0]["schedule"] == 60.0
+
+    def test_it_backfills_with_progress_and_drops_emptied_buckets(self):
+        base = datetime(2026, 1, 5, 10, tzinfo=dt_timezone.utc)
+        for i in range(3):
+            make_call(project=self.project, agent=self.agent, created_at=base + timedelta(hours=i))
+        make_call(project=self.other_project, agent=self.other_agent, created_at=base)
+        stale = CallRollup.objects.create(project=self.project, bucket=base + timedelta(hours=7), agent=self.agent,
+                                          reason="ok", category="ok", route="proceed", calls=9)
+        out = io.StringIO()
+        call_command("backfill_rollups", "--project", "acme", "--since", "2026-01-05T11:00:00Z", stdout=out)
+        text = out.getvalue()
+        assert "3/3" in text and "done" in text.lower()
+        assert not CallRollup.objects.filter(pk=stale.pk).exists()
+        assert sorted(CallRollup.objects.filter(project=self.project).values_list("bucket", flat=True)) == [
+            base + timedelta(hours=1), base + timedelta(hours=2)
+        ]
+        assert not CallRollup.objects.filter(project=self.other_project).exists()
+
+    def test_it_rejects_an_unknown_project_in_the_backfill(self):
+        from django.core.management.base import CommandError
+
+        try:
+            call_command("backfill_rollups", "--project", "nope", stdout=io.StringIO())
+        except CommandError as exc:
+            assert "nope" in str(exc)
+        else:
+            raise AssertionError("expected CommandError")
+
+
+class RollupsConcurrencyTests(TransactionTestCase):
+    """Refreshes of one bucket from several connections at once are serialised (PostgreSQL)."""
+
+    def test_it_survives_concurrent_refreshes_of_one_bucket(self):
+        if connection.vendor != "postgresql":
+            self.skipTest("needs PostgreSQL (SQLite serialises every write transaction anyway)")
+        from callgate.models import Project
+
+        project = Project.objects.create(slug="race", name="Race")
+        agent = Agent.objects.create(project=project, name="bot")
+        hour = rollups.hour_floor(timezone.now())
+        for i in range(30):
+            make_call(project=project, agent=agent, created_at=hour + timedelta(seconds=i), tool=f"t{i % 5}",
+                      reason=REASONS[i % 7])
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(6)
+
+        def refresh():
+            try:
+                barrier.wait()
+                for _ in range(5):
+                    rollups.rollup_bucket_refresh(project_id=project.pk, bucket=hour)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=refresh) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert rollup_counts(project) == direct_counts(project=project, since=hour, until=hour + timedelta(hours=1))
