@@ -1,0 +1,77 @@
+"""``manage.py demo [--seed N] [--agents N] [--calls N] [--trickle]``: the demo fleet.
+
+Creates the ``demo`` project, the users ``operator`` and ``manager`` (passwords printed),
+agents with API keys and tool contracts, then runs simulated agents against callgate and the
+simulator in-process (no server needed) so that every reason of the taxonomy occurs, review
+items wait in the queue and the reports have data. ``--trickle`` then keeps adding a call
+every few seconds until interrupted (run it beside ``runserver``).
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = "Create the demo project and run the simulated agent fleet (in-process)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--seed", type=int, default=1, help="random seed: the same seed replays the same calls")
+        parser.add_argument("--agents", type=int, default=4, help="number of agents (default 4)")
+        parser.add_argument("--calls", type=int, default=60,
+                            help="scripted calls to run (at least one per reason; default 60)")
+        parser.add_argument("--trickle", action="store_true",
+                            help="afterwards keep adding a call every --interval seconds until Ctrl-C")
+        parser.add_argument("--interval", type=float, default=5.0, help="seconds between trickle calls")
+        parser.add_argument("--public-url", default="http://127.0.0.1:8000",
+                            help="where the server will run (the contracts' look-up URLs point there)")
+        parser.add_argument("--no-history", action="store_true",
+                            help="keep the calls at the current time instead of spreading them over 7 days")
+
+    def handle(self, *args, seed: int, agents: int, calls: int, trickle: bool, interval: float, public_url: str,
+               no_history: bool, **options):
+        from callgate.demo import demo_run, demo_trickle
+
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
+        if agents < 1 or agents > 50:
+            raise CommandError("--agents must be between 1 and 50")
+        if calls < 1 or calls > 100_000:
+            raise CommandError("--calls must be between 1 and 100000")
+        started = time.monotonic()
+        width = 30
+
+        def progress(done: int, total: int, name: str) -> None:
+            filled = width * done // total
+            self.stdout.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[:24]:<24}", ending="")
+            self.stdout.flush()
+
+        setup, stats = demo_run(seed=seed, agents=agents, calls=calls, public_url=public_url,
+                                spread_days=0 if no_history else 7, progress=progress)
+        self.stdout.write("")
+        self.stdout.write(self.style.SUCCESS(
+            f"demo: {stats.calls} calls by {len(setup.keys)} agents in {time.monotonic() - started:.1f} s "
+            f"(seed {seed})"))
+        outcome = ", ".join(f"{k} {v}" for k, v in sorted(stats.statuses.items()))
+        self.stdout.write(f"  agent outcomes: {outcome}")
+        self.stdout.write(f"  project: /p/{setup.project.slug}/")
+        self.stdout.write(f"  operator login: operator / {setup.operator_password}")
+        self.stdout.write(f"  manager login:  manager / {setup.manager_password}")
+        name, key = next(iter(setup.keys.items()))
+        self.stdout.write(f"  API key of {name}: {key}")
+        if trickle:
+            self.stdout.write(f"trickling a call every {interval:g} s; Ctrl-C to stop")
+            stop = threading.Event()
+            for signum in (signal.SIGTERM, signal.SIGINT):  # also when started in the background
+                signal.signal(signum, lambda *_: stop.set())
+            try:
+                demo_trickle(setup=setup, interval=interval, agents=agents, public_url=public_url, stop=stop,
+                             on_call=(lambda n: (sys.stdout.write(f"  + {n}\n"), sys.stdout.flush()))
+                             if options.get("verbosity", 1) >= 2 else None)
+            except KeyboardInterrupt:
+                pass
+            self.stdout.write("trickle stopped")
