@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from functools import partial
+
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
@@ -30,8 +32,9 @@ def navigation(request: HttpRequest) -> dict:
                 url = reverse(name, args=[project.slug])
             except NoReverseMatch:  # a page that this installation does not serve
                 continue
+            # the count is a callable: templates that show no navigation (htmx fragments) never query it
             links.append({"key": key, "label": label, "url": url,
-                          "count": open_item_count(project=project) if key == "review" else 0})
+                          "count": partial(open_item_count, project=project) if key == "review" else 0})
     return {
         "nav_projects": user_projects(request.user).only("slug", "name"),
         "project": project,

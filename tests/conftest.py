@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _test_settings(settings, tmp_path):
+def pytest_configure(config):
+    from django.conf import settings
+
+    # before any setUpTestData creates users: the default hasher costs ~0.3 s a user
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _test_settings(settings):
     settings.CELERY_TASK_ALWAYS_EAGER = True
     settings.STORAGES = {
         **settings.STORAGES,

@@ -1,0 +1,172 @@
+"""Template helpers shared by callgate's pages: pretty JSON with redactions, badges,
+short operation IDs with a copy button, and links to pages that may not be installed."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from callgate.ingest import REDACTED  # what ingest stores in place of a sensitive value
+from callgate.taxonomy import Category, Reason, category_of
+
+register = template.Library()
+
+#: characters of an operation ID shown in lists
+SHORT_OP_LENGTH = 10
+INDENT = "  "
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, str) and value == REDACTED:
+        return (
+            '<span class="redacted" title="Redacted on ingest: a sensitive field of the contract">'
+            '"•••" <span class="redacted-label">redacted</span></span>'
+        )
+    return escape(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _render(value: Any, depth: int) -> str:
+    pad, inner = INDENT * depth, INDENT * (depth + 1)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [
+            f'{inner}<span class="key">{escape(json.dumps(str(k), ensure_ascii=False))}</span>: {_render(v, depth + 1)}'
+            for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "[]"
+        return "[\n" + ",\n".join(f"{inner}{_render(v, depth + 1)}" for v in value) + f"\n{pad}]"
+    return _scalar(value)
+
+
+@register.filter
+def pretty_json(value: Any) -> SafeString:
+    """``value`` as indented, escaped JSON for a ``<pre class="json">``; redacted values
+    (``"•••"``) are marked and labelled so nobody mistakes them for data."""
+    return mark_safe(_render(value, 0))
+
+
+@register.filter
+def has_redactions(value: Any) -> bool:
+    """True when ``value`` holds a redacted value anywhere."""
+    if isinstance(value, dict):
+        return any(has_redactions(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(has_redactions(v) for v in value)
+    return value == REDACTED
+
+
+@register.inclusion_tag("callgate/_badge.html")
+def badge(reason: str = "", category: str = "") -> dict:
+    """The category-coloured badge with the reason as its text. The category is derived
+    from the reason when not given; no reason shows the category's label (or "pending")."""
+    if reason and not category and reason in Reason.values:
+        category = category_of(reason).value
+    label = reason or (Category(category).label if category in Category.values else "pending")
+    title = Category(category).label if category in Category.values else "No classification yet"
+    return {"category": category or "none", "label": label, "title": title}
+
+
+#: two overlapping sheets: the copy icon (no icon font needed)
+_COPY_ICON = mark_safe(
+    '<svg aria-hidden="true" viewBox="0 0 16 16" width="13" height="13" fill="none" stroke="currentColor" '
+    'stroke-width="1.5"><rect x="5.5" y="5.5" width="8" height="8" rx="1.5"/>'
+    '<path d="M10.5 3.5v-.5a1.5 1.5 0 0 0-1.5-1.5H4a1.5 1.5 0 0 0-1.5 1.5v5A1.5 1.5 0 0 0 4 9.5h.5"/></svg>'
+)
+
+
+@register.simple_tag
+def copy_button(text: str, label: str = "Copy") -> SafeString:
+    """A small button that copies ``text`` (see ``data-copy`` in callgate.js)."""
+    return format_html(
+        '<button type="button" class="copy" data-copy="{}" aria-label="{}" title="{}">{}</button>',
+        text, label, label, _COPY_ICON,
+    )
+
+
+@register.simple_tag
+def short_op(operation_id: str, length: int = SHORT_OP_LENGTH) -> SafeString:
+    """The operation ID shortened to ``length`` characters (full on hover) and a copy button."""
+    short = operation_id if len(operation_id) <= length + 1 else operation_id[:length] + "…"
+    return format_html(
+        '<span class="op" title="{}">{}</span>{}',
+        operation_id, short, copy_button(operation_id, f"Copy operation ID {operation_id}"),
+    )
+
+
+@register.simple_tag
+def url_or_empty(name: str, *args) -> str:
+    """``{% url %}`` that gives "" for a route this installation does not serve (yet)."""
+    try:
+        return reverse(name, args=args)
+    except NoReverseMatch:
+        return ""
+
+
+@register.filter
+def lint_level(score: int | None) -> str:
+    """``good`` (80+), ``fair`` (50–79) or ``poor`` (below 50): the lint score's badge class."""
+    if score is None:
+        return "none"
+    return "good" if score >= 80 else "fair" if score >= 50 else "poor"
+
+
+@register.filter
+def percent(value: float | None, digits: int = 1) -> str:
+    """0.1234 → "12.3 %"; None → "—"."""
+    if value is None:
+        return "—"
+    return f"{value * 100:.{digits}f} %"
+
+
+@register.filter
+def event_summary(event) -> str:
+    """A short line saying what a CallEvent's body says, in plain words."""
+    body = event.body if isinstance(event.body, dict) else {}
+    kind = event.kind
+    if kind == "proposed":
+        fmt = body.get("format") or ""
+        return f"proposed ({fmt})" if fmt else "proposed"
+    if kind == "attempt":
+        n = body.get("attempt")
+        parts = [f"attempt {n}" if n else "attempt", str(body.get("outcome") or "?")]
+        if body.get("http_status"):
+            parts.append(f"HTTP {body['http_status']}")
+        sent = body.get("sent")
+        if body.get("outcome") not in (None, "success"):
+            parts.append({True: "after send", False: "before send", None: "sent unknown"}.get(sent, ""))
+        if body.get("error"):
+            parts.append(str(body["error"])[:120])
+        return " · ".join(p for p in parts if p)
+    if kind == "denied":
+        return f"denied: {body.get('reason') or 'no reason given'}"
+    if kind == "reconciled":
+        found, matches = body.get("found"), body.get("matches")
+        if not found:
+            return "reconciled: not found in the target"
+        return "reconciled: found, arguments match" if matches else "reconciled: found, arguments differ"
+    if kind == "receipt":
+        return "receipt from the target"
+    if kind == "decision":
+        reason = body.get("reason")
+        return f"decision: {body.get('decision', '?')}" + (f" ({reason})" if reason else "")
+    if kind == "approval_expired":
+        return "approval timed out"
+    return kind
+
+
+@register.filter
+def code_spans(text: str) -> SafeString:
+    """Escape ``text`` and show its `backticked` parts as ``<code>`` (lint messages name
+    fields that way)."""
+    parts = escape(str(text)).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: leave the text as it is
+        return escape(str(text))
+    return mark_safe("".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)))

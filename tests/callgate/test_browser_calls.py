@@ -1,0 +1,112 @@
+"""The calls list and call detail in a real browser (Chromium via Playwright), light and
+dark: rows render with badges, the keyboard opens a call, the 5 s poll brings new rows in
+highlighted without losing the selection, and no CSP or script errors. Screenshots go to
+``test-artifacts/`` for a human to look at."""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.utils import timezone
+
+from callgate.models import CallEvent, ToolCall, ToolContract
+from callgate.taxonomy import TABLE, Reason
+from tests.browser_support import BrowserTestCase
+
+#: every reason once, then mostly ok: what a day of a busy agent looks like
+REASONS = [r.value for r in Reason] + ["ok"] * 25 + ["empty_result"] * 4
+
+
+def seed(project, agent, n: int = 60) -> list[ToolCall]:
+    """``n`` calls of mixed reasons over the last hours, each with a proposed and an
+    attempt event; newest first."""
+    contract = ToolContract.objects.create(
+        project=project, name="create_follow_up", version=2, digest=uuid.uuid4().hex, effect="write",
+        idempotent=True, reconcile_method="http", lint_score=72,
+        lint_findings=[{"path": "properties.assignee_id", "message": "has no description"}],
+        parameters={"type": "object", "properties": {"ticket_id": {"type": "string"}, "card": {"type": "string"}}},
+    )
+    now = timezone.now()
+    calls = []
+    for i in range(n):
+        reason = REASONS[i % len(REASONS)]
+        category, route = TABLE[Reason(reason)]
+        created = now - timedelta(minutes=7 * i + 1)
+        call = ToolCall.objects.create(
+            project=project, agent=agent, operation_id=f"{i:04d}" + uuid.uuid4().hex[:20], tool_name=contract.name,
+            contract=contract, arguments={"ticket_id": f"T-{1000 + i}", "card": "•••"},
+            state="succeeded" if category.value in ("ok", "empty_result") else "in_review",
+            reason=reason, category=category.value, route=route.value, attempts=1 + i % 3,
+            observation="" if category.value == "ok" else f"{reason}: check the ticket before retrying.",
+            created_at=created, updated_at=created,
+        )
+        CallEvent.objects.create(project=project, call=call, kind="proposed", body={"format": "anthropic"},
+                                 occurred_at=created, received_at=created, state_after="allowed")
+        CallEvent.objects.create(
+            project=project, call=call, kind="attempt", occurred_at=created, received_at=created + timedelta(seconds=2),
+            body={"attempt": 1, "sent": True, "outcome": "success" if category.value == "ok" else "timeout"},
+            reason=reason, category=category.value, route=route.value, state_before="allowed", state_after=call.state,
+        )
+        calls.append(call)
+    return calls
+
+
+class CallsBrowserTests(BrowserTestCase):
+    def test_it_opens_a_call_from_the_list_with_the_keyboard(self):
+        calls = seed(self.project, self.agent)
+        self.login("alice", next_path="/p/acme/calls/")
+        assert self.page.locator("#call-rows tr[data-row]").count() == 50
+        assert self.page.locator("#call-rows .badge").first.is_visible()
+        self.screenshot("calls-list-light", full_page=False)
+
+        self.page.keyboard.press("j")
+        self.page.keyboard.press("j")
+        assert self.page.locator(f"#call-{calls[1].pk}").get_attribute("aria-selected") == "true"
+        with self.page.expect_navigation(wait_until="load"):
+            self.page.keyboard.press("Enter")
+        assert self.page.url.endswith(f"/p/acme/calls/{calls[1].operation_id}/")
+        self.page.get_by_role("heading", name="Timeline").wait_for()
+        assert self.page.locator("pre.json .redacted").count() == 1
+        self.screenshot("call-detail-light")
+        self.assert_no_console_errors()
+
+    def test_it_brings_new_rows_in_and_keeps_the_selection(self):
+        calls = seed(self.project, self.agent, n=10)
+        self.login("alice", next_path="/p/acme/calls/?since=24h")
+        self.page.locator(f"#call-{calls[2].pk}").click()
+        new = ToolCall.objects.create(
+            project=self.project, agent=self.agent, operation_id="fresh-" + uuid.uuid4().hex, tool_name="get_weather",
+            state="retry_wait", reason="rate_limited", category="transient", route="retry", attempts=1,
+        )
+        self.page.locator(f"#call-{new.pk}.new").wait_for(timeout=12_000)
+        assert self.page.locator(f"#call-{calls[2].pk}").get_attribute("aria-selected") == "true"
+        assert self.page.locator(f"#call-{calls[0].pk}").get_attribute("class") in (None, "")
+        self.assert_no_console_errors()
+
+    def test_it_filters_from_the_bar_and_clears_in_one_click(self):
+        seed(self.project, self.agent)
+        self.login("alice", next_path="/p/acme/calls/")
+        self.page.select_option("select[name=category]", "transient")
+        self.page.wait_for_url("**category=transient**")
+        self.page.locator(".chips .chip").first.wait_for()
+        badges = self.page.locator("#call-rows .badge").all_inner_texts()
+        assert badges and set(badges) <= {"rate_limited", "unavailable", "circuit_open", "read_failure"}
+        self.page.get_by_label("Clear the category filter").click()
+        self.page.wait_for_url(lambda url: "category=" not in url)
+        assert self.page.locator("#call-rows tr[data-row]").count() == 50
+        self.assert_no_console_errors()
+
+    def test_it_reads_well_in_dark_mode(self):
+        calls = seed(self.project, self.agent)
+        self.context.close()
+        self.context = self.browser.new_context(viewport=dict(self.viewport), color_scheme="dark",
+                                                locale="en-GB", timezone_id="UTC")
+        self.page = self.context.new_page()
+        self.page.on("console", self._on_console)
+        self.login("alice", next_path="/p/acme/calls/")
+        background = self.page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(15, 18, 22)"
+        self.screenshot("calls-list-dark", full_page=False)
+        self.visit(f"/p/acme/calls/{calls[0].operation_id}/")
+        self.screenshot("call-detail-dark")
+        self.assert_no_console_errors()
