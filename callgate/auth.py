@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from callgate.models import Agent, ApiKey
@@ -110,3 +111,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="callgate"'
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """The OpenAPI security scheme of ``ApiKeyAuthentication`` (drf-spectacular)."""
+
+    target_class = "callgate.auth.ApiKeyAuthentication"
+    name = "ApiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "cg_<8 hex>_<43 characters>"}
