@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
-from callgate.providers import Proposal, mcp_result_is_error, mcp_result_text
+from callgate.providers import Proposal, json_type, mcp_result_is_error, mcp_result_text
 from callgate.taxonomy import PROPOSAL_PRECEDENCE, REASK_REASONS, Category, Reason, Route, category_of, route_of
 
 R = Reason
@@ -58,6 +58,15 @@ class Contract:
     requires_approval: bool = False
     description: str = ""
 
+    @property
+    def schema_key(self) -> str:
+        """The schema as sorted JSON: the key of the compiled-validator cache."""
+        key = self.__dict__.get("_schema_key")
+        if key is None:
+            key = json.dumps(self.parameters, sort_keys=True)
+            object.__setattr__(self, "_schema_key", key)
+        return key
+
 
 @dataclass(frozen=True)
 class Existing:
@@ -65,7 +74,6 @@ class Existing:
 
     arguments_digest: str
     has_receipt: bool
-    state: str = ""
 
 
 @dataclass(frozen=True)
@@ -165,22 +173,6 @@ def _show(value: Any) -> str:
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
 def _describe(schema: Any) -> str:
     """A short hint of what a property expects: type, enum, format with an example."""
     if not isinstance(schema, dict):
@@ -232,7 +224,7 @@ def _problems_from(error: ValidationError) -> list[Problem]:
     if keyword == "type":
         expected = error.validator_value if isinstance(error.validator_value, str) else " or ".join(error.validator_value)
         return [Problem(R.TYPE_MISMATCH, path,
-                        f"expected {expected}, got {_type_name(error.instance)} {_show(error.instance)}")]
+                        f"expected {expected}, got {json_type(error.instance)} {_show(error.instance)}")]
     if keyword == "enum":
         return [Problem(R.ENUM_VIOLATION, path,
                         f"{_show(error.instance)} is not allowed; expected one of "
@@ -267,11 +259,11 @@ def _precedence(reason: Reason) -> int:
     return PROPOSAL_PRECEDENCE.index(reason) if reason in PROPOSAL_PRECEDENCE else len(PROPOSAL_PRECEDENCE)
 
 
-def validate_arguments(arguments: dict, parameters: dict) -> list[Problem]:
+def validate_arguments(arguments: dict, parameters: dict, *, schema_key: str | None = None) -> list[Problem]:
     """Every problem of ``arguments`` against the contract's schema, in precedence order.
     An unusable schema is reported as a constraint problem, never raised."""
     try:
-        validator = _validator(json.dumps(parameters, sort_keys=True))
+        validator = _validator(schema_key or json.dumps(parameters, sort_keys=True))
         errors = list(validator.iter_errors(arguments))
     except (SchemaError, TypeError, ValueError, RecursionError) as exc:
         return [Problem(R.CONSTRAINT_VIOLATION, "$", f"the tool's schema cannot be applied ({type(exc).__name__})")]
@@ -309,7 +301,7 @@ def classify_proposal(
         return verdict(R.IDEMPOTENCY_MISMATCH, observe_idempotency_mismatch(contract))
     if existing is not None and existing.has_receipt:
         return verdict(R.DUPLICATE_SUPPRESSED, observe_duplicate(contract))
-    problems = validate_arguments(proposal.arguments, contract.parameters)
+    problems = validate_arguments(proposal.arguments, contract.parameters, schema_key=contract.schema_key)
     if problems:
         result = verdict(problems[0].reason, observe_problems(contract, problems), problems=tuple(problems))
         return _reask_budget(result, contract, reasks_used)

@@ -15,7 +15,7 @@ import json
 import random
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Iterable
 
 import rfc8785
@@ -58,11 +58,16 @@ def arguments_digest(arguments: Any) -> str:
     return hashlib.sha256(canonical_json(arguments)).hexdigest()
 
 
-def derive_operation_id(*, request_id: str, tool: str, arguments: Any = None, raw_arguments: str | None = None) -> str:
+def derive_operation_id(*, request_id: str, tool: str, arguments: Any = None, raw_arguments: str | None = None,
+                        canonical: bytes | None = None) -> str:
     """``op_`` + 32 hex of SHA-256 over request ID, tool name and the RFC 8785 canonical
-    arguments (the raw string when they do not parse). Key order and whitespace never
-    change it; model text other than the arguments never enters it."""
-    body = canonical_json(arguments) if raw_arguments is None else raw_arguments.encode()
+    arguments (the raw string when they do not parse; ``canonical`` when the caller has
+    the canonical bytes already). Key order and whitespace never change it; model text
+    other than the arguments never enters it."""
+    if canonical is not None:
+        body = canonical
+    else:
+        body = canonical_json(arguments) if raw_arguments is None else raw_arguments.encode()
     digest = hashlib.sha256(b"\x1f".join([request_id.encode(), tool.encode(), body])).hexdigest()
     return f"op_{digest[:32]}"
 
@@ -240,14 +245,14 @@ class _Batch:
 
     def _prepare(self, event: ProposedEvent) -> _Prepared:
         proposal = normalise(event.format, event.call)
-        digest = arguments_digest(proposal.arguments) if proposal.arguments_ok else ""
+        canonical = canonical_json(proposal.arguments) if proposal.arguments_ok else None
+        digest = hashlib.sha256(canonical).hexdigest() if canonical is not None else ""
         if event.operation_id:
             operation_id = event.operation_id
         elif event.request_id and proposal.tool:
             operation_id = derive_operation_id(
-                request_id=event.request_id, tool=proposal.tool,
-                arguments=proposal.arguments if proposal.arguments_ok else None,
-                raw_arguments=None if proposal.arguments_ok else (proposal.raw_arguments or repr(proposal.arguments)),
+                request_id=event.request_id, tool=proposal.tool, canonical=canonical,
+                raw_arguments=None if canonical is not None else (proposal.raw_arguments or repr(proposal.arguments)),
             )
         else:
             operation_id = f"op_{uuid.uuid4().hex}"
@@ -347,8 +352,7 @@ class _Batch:
         budget_key = (event.request_id, proposal.tool) if event.request_id and proposal.tool else None
         existing = None
         if call is not None and call.state != S.REJECTED:
-            existing = cls.Existing(arguments_digest=call.arguments_digest,
-                                    has_receipt=call.state == S.SUCCEEDED, state=call.state)
+            existing = cls.Existing(arguments_digest=call.arguments_digest, has_receipt=call.state == S.SUCCEEDED)
         result = cls.classify_proposal(
             proposal, tools=self.tool_views, existing=existing,
             arguments_digest=prepared.digest, reasks_used=self._reasks_used(budget_key),
@@ -546,7 +550,3 @@ def _answer(call: ToolCall) -> dict:
                       route=override.route.value, observation=override.observation,
                       verdict=VERDICT_FOR_ROUTE[override.route])
     return answer
-
-
-def now_iso() -> datetime:
-    return timezone.now()

@@ -72,14 +72,14 @@ def _arguments(tool: Any, raw: Any, call_id: Any, *, missing_ok: bool = False) -
         if not isinstance(value, dict):
             return Proposal(
                 tool=tool, arguments=value, raw_arguments=raw, call_id=call_id,
-                parse_error=f"the arguments are a JSON {_json_type(value)}, not an object",
+                parse_error=f"the arguments are a JSON {json_type(value)}, not an object",
             )
         return Proposal(tool=tool, arguments=value, raw_arguments=raw, call_id=call_id)
     if isinstance(raw, dict):
         return Proposal(tool=tool, arguments=raw, call_id=call_id)
     return Proposal(
         tool=tool, arguments=raw, call_id=call_id,
-        parse_error=f"the arguments are a JSON {_json_type(raw)}, not an object",
+        parse_error=f"the arguments are a JSON {json_type(raw)}, not an object",
     )
 
 
@@ -92,12 +92,15 @@ def _json_error(exc: Exception, raw: str) -> str:
     return "the arguments are nested too deeply"
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a parsed JSON value (``integer`` apart from ``number``)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
         return "number"
     if isinstance(value, str):
         return "string"
@@ -185,7 +188,7 @@ def normalise(format: str, call: Any) -> Proposal:
     if isinstance(call, str):
         return _malformed("the model wrote text instead of a structured tool call")
     if not isinstance(call, dict):
-        return _malformed(f"expected a JSON object for the call, got {_json_type(call)}")
+        return _malformed(f"expected a JSON object for the call, got {json_type(call)}")
     try:
         return normaliser(call)
     except (AttributeError, TypeError, ValueError) as exc:  # odd shapes deep inside

@@ -146,6 +146,13 @@ def call_approval_expired(*, call: ToolCall) -> ToolCall:
                       source=CallEvent.Source.CALLGATE)
 
 
+def call_approval_extend(*, call: ToolCall, expires_at) -> int:
+    """Move the approval timeout of a call still ``pending_approval`` to ``expires_at``.
+    Returns 1 when the call was waiting, else 0 (it was decided or expired meanwhile)."""
+    return ToolCall.objects.filter(pk=call.pk, state=ToolCall.State.PENDING_APPROVAL).update(
+        approval_expires_at=expires_at, updated_at=timezone.now())
+
+
 def call_reconciled(*, call: ToolCall, found: bool, matches: bool, source: str = CallEvent.Source.CALLGATE,
                     detail: dict | None = None, receipt=None) -> ToolCall:
     """Record a look-up of the operation in the target: applied, absent or different."""

@@ -257,7 +257,6 @@ CELERY_BEAT_SCHEDULE: dict = {
     # run that waited longer than its period in the queue is dropped, the next one comes)
     "reconcile-outbox-sweep": {"task": "callgate.tasks.sweep_reconciling", "schedule": 60.0, "options": {"expires": 60}},
     "retry-deadline-sweep": {"task": "callgate.tasks.sweep_deadlines", "schedule": 30.0, "options": {"expires": 30}},
-    "approval-expiry": {"task": "callgate.tasks.expire_approvals", "schedule": 30.0, "options": {"expires": 30}},
     "retention-purge": {"task": "callgate.tasks.purge_events", "schedule": 3600.0, "options": {"expires": 3600}},
     # reviews: lapse claims whose lease ran out, expire approval items past their timeout
     "reviews-housekeeping": {"task": "reviews.tasks.review_housekeeping", "schedule": 30.0, "options": {"expires": 30}},

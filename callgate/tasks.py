@@ -3,7 +3,7 @@
 - ``reconcile_call(call_id)``: look a ``reconciling`` call up in its target and record the
   outcome (``callgate.reconcile`` does the look-up, ``callgate.services`` the writes).
 - Periodic (``CELERY_BEAT_SCHEDULE`` in settings), each idempotent and bounded per run:
-  ``sweep_reconciling`` (the outbox sweeper), ``sweep_deadlines``, ``expire_approvals``,
+  ``sweep_reconciling`` (the outbox sweeper), ``sweep_deadlines``,
   ``purge_events``.
 
 Redelivery: tasks are ``acks_late`` with ``task_reject_on_worker_lost``, so a task whose
@@ -171,19 +171,6 @@ def sweep_deadlines() -> int:
         state=ToolCall.State.RETRY_WAIT, deadline__lt=timezone.now()
     ).order_by("deadline")
     return _each_call(overdue, services.call_deadline_passed, "deadline sweep")
-
-
-@shared_task(name="callgate.tasks.expire_approvals", ignore_result=True)
-def expire_approvals() -> int:
-    """Calls ``pending_approval`` past ``approval_expires_at`` ->
-    ``services.call_approval_expired``.
-    Returns how many expired."""
-    from callgate import services
-
-    expired = ToolCall.objects.filter(
-        state=ToolCall.State.PENDING_APPROVAL, approval_expires_at__lt=timezone.now()
-    ).order_by("approval_expires_at")
-    return _each_call(expired, services.call_approval_expired, "approval expiry")
 
 
 @shared_task(name="callgate.tasks.purge_events", ignore_result=True)

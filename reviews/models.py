@@ -1,16 +1,28 @@
-"""The review queue: escalated tool calls waiting for a human decision."""
+"""The review queue: escalated tool calls waiting for a human decision.
+
+- ``ReviewItem``: one call a human must look at (status open → claimed → resolved /
+  expired / settled). State changes happen only in ``reviews.services`` as
+  compare-and-swap UPDATEs.
+- ``ReviewAudit``: append-only trail of everything done to an item (who, what, when,
+  state before and after, reason). Comments are audit rows with ``action="comment"``.
+- ``WebhookDelivery``: one attempt to POST a decision to the agent's webhook.
+"""
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from callgate.models import Project, ToolCall
+from callgate.models import Agent, Project, ToolCall
 
 
 class ReviewItem(models.Model):
     """A call a human must decide on: escalated (route ``review``) or waiting for approval
-    before execution. At most one open item per call (a partial unique constraint)."""
+    before execution. At most one open item per call (a partial unique constraint).
+
+    A claim is a lease: ``lease_expires_at`` is pushed forward by every action of the
+    assignee; once it passes, the item counts as unassigned and anyone may claim it
+    (``review_leases_lapse`` also returns it to ``open`` periodically)."""
 
     class Status(models.TextChoices):
         OPEN = "open", "Open"
@@ -59,7 +71,134 @@ class ReviewItem(models.Model):
                 name="reviewitem_open_queue",
                 condition=models.Q(status__in=["open", "claimed"]),
             ),
+            # review_leases_lapse: claimed items whose lease ran out
+            models.Index(
+                fields=["lease_expires_at"], name="reviewitem_claimed_lease", condition=models.Q(status="claimed")
+            ),
+            # review_items_expire: approval items past their timeout
+            models.Index(
+                fields=["approval_expires_at"],
+                name="reviewitem_approval_due",
+                condition=models.Q(status__in=["open", "claimed"], kind="approval"),
+            ),
+            # progress per assignee: decided today
+            models.Index(fields=["project", "resolved_by", "resolved_at"], name="reviewitem_resolved_by"),
         ]
 
     def __str__(self) -> str:
         return f"review #{self.pk} {self.reason}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in self.OPEN_STATUSES
+
+    def lease_active(self, now=None) -> bool:
+        """True while a claim holds: claimed and the lease has not run out."""
+        now = now or timezone.now()
+        return (
+            self.status == self.Status.CLAIMED
+            and self.assignee_id is not None
+            and self.lease_expires_at is not None
+            and self.lease_expires_at > now
+        )
+
+    def current_assignee_id(self, now=None) -> int | None:
+        """The assignee while the lease holds; None for open or lapsed items."""
+        return self.assignee_id if self.lease_active(now) else None
+
+
+class AuditQuerySet(models.QuerySet):
+    """No bulk update or delete: the trail is append-only."""
+
+    def update(self, **kwargs):  # noqa: ARG002
+        raise TypeError("ReviewAudit is append-only")
+
+    def delete(self):
+        raise TypeError("ReviewAudit is append-only")
+
+
+class ReviewAudit(models.Model):
+    """Append-only: one row per thing done to an item. ``actor`` is None for callgate
+    itself (opened, settled, lease lapsed, expired). ``override`` marks an approval that
+    skipped the reconciliation guard with a written reason (shown in red)."""
+
+    class Action(models.TextChoices):
+        OPENED = "opened", "Opened"
+        CLAIM = "claim", "Claimed"
+        RELEASE = "release", "Released"
+        ASSIGN = "assign", "Assigned"
+        LEASE_LAPSED = "lease_lapsed", "Claim lapsed"
+        COMMENT = "comment", "Comment"
+        RECONCILE = "reconcile", "Reconcile requested"
+        EXTEND = "extend", "Approval timeout extended"
+        APPROVE = "approve", "Approved"
+        APPROVE_RETRY = "approve_retry", "Approved retry"
+        REJECT = "reject", "Rejected"
+        MARK_APPLIED = "mark_applied", "Marked applied"
+        MARK_FAILED = "mark_failed", "Marked failed"
+        EXPIRED = "expired", "Approval expired"
+        SETTLED = "settled", "Settled by a later event"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    item = models.ForeignKey(ReviewItem, on_delete=models.CASCADE, related_name="audit")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    state_before = models.CharField(max_length=12, blank=True)
+    state_after = models.CharField(max_length=12, blank=True)
+    call_state_before = models.CharField(max_length=20, blank=True)
+    call_state_after = models.CharField(max_length=20, blank=True)
+    reason = models.TextField(blank=True)
+    override = models.BooleanField(default=False)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = AuditQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        indexes = [
+            # item page and CSV export: an item's trail in order
+            models.Index(fields=["item", "created_at"], name="reviewaudit_item"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} on #{self.item_id}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None or not self._state.adding:
+            raise TypeError("ReviewAudit is append-only: rows cannot be changed")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("ReviewAudit is append-only: rows cannot be deleted")
+
+    @property
+    def is_comment(self) -> bool:
+        return self.action == self.Action.COMMENT
+
+
+class WebhookDelivery(models.Model):
+    """One attempt to POST a decision to the agent's webhook (see ``reviews.tasks``)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    item = models.ForeignKey(ReviewItem, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries")
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="+")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    delivery_id = models.UUIDField(help_text="Same for every attempt of one decision.")
+    attempt = models.PositiveSmallIntegerField()
+    url = models.URLField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    ok = models.BooleanField(default=False)
+    duration_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        indexes = [
+            # item page: deliveries of the item's decisions
+            models.Index(fields=["item", "created_at"], name="webhookdelivery_item"),
+        ]
+
+    def __str__(self) -> str:
+        return f"webhook {self.delivery_id} attempt {self.attempt}"

@@ -1,5 +1,24 @@
-"""Reads for the review queue."""
+"""Reads for the review queue. Every function takes the project; nothing crosses projects."""
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from urllib.parse import urlencode
+
+from django.contrib.auth import get_user_model
+from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from callgate.models import CallEvent, Membership, ToolCall
+
+#: Age filter values → minimum age.
+AGE_CHOICES = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "24h": timedelta(hours=24)}
+ASSIGNEE_CHOICES = ("anyone", "me", "unassigned")
+STATUS_CHOICES = ("open", "claimed", "resolved", "expired", "settled", "all")
+PAGE_SIZE = 50
+#: How long the item page polls for the result of "Reconcile now".
+RECONCILE_PATIENCE = timedelta(seconds=90)
 
 
 def open_item_count(*, project) -> int:
@@ -7,3 +26,247 @@ def open_item_count(*, project) -> int:
     from reviews.models import ReviewItem
 
     return ReviewItem.objects.filter(project=project, status__in=ReviewItem.OPEN_STATUSES).count()
+
+
+@dataclass(frozen=True)
+class QueueFilters:
+    """The queue's filter bar, parsed from the query string (unknown values are ignored)."""
+
+    tool: str = ""
+    reason: str = ""
+    agent: str = ""
+    age: str = ""
+    assignee: str = "anyone"
+    status: str = "open"
+
+    NAMES = ("tool", "reason", "agent", "age", "assignee", "status")
+
+    @classmethod
+    def from_query(cls, query) -> "QueueFilters":
+        values = {name: (query.get(name) or "").strip()[:128] for name in cls.NAMES}
+        if values["age"] not in AGE_CHOICES:
+            values["age"] = ""
+        if values["assignee"] not in ASSIGNEE_CHOICES:
+            values["assignee"] = "anyone"
+        if values["status"] not in STATUS_CHOICES:
+            values["status"] = "open"
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    def query(self, **changes) -> str:
+        """The query string of these filters with ``changes`` (defaults left out)."""
+        values = {**self.as_dict(), **changes}
+        defaults = QueueFilters().as_dict()
+        return urlencode({k: v for k, v in values.items() if v and v != defaults[k]})
+
+    @property
+    def active(self) -> list[tuple[str, str, str]]:
+        """(name, value, query string without it) of each non-default filter: the clear chips."""
+        defaults = QueueFilters().as_dict()
+        return [(k, v, self.query(**{k: defaults[k]})) for k, v in self.as_dict().items() if v != defaults[k]]
+
+
+def _status_q(status: str) -> Q:
+    from reviews.models import ReviewItem
+
+    if status == "open":
+        return Q(status__in=ReviewItem.OPEN_STATUSES)
+    if status == "all":
+        return Q()
+    return Q(status=status)
+
+
+def _apply(qs: QuerySet, filters: QueueFilters, *, user, now, skip: str = "") -> QuerySet:
+    from reviews.models import ReviewItem
+
+    if skip != "status":
+        qs = qs.filter(_status_q(filters.status))
+    if filters.tool and skip != "tool":
+        qs = qs.filter(call__tool_name=filters.tool)
+    if filters.reason and skip != "reason":
+        qs = qs.filter(reason=filters.reason)
+    if filters.agent and skip != "agent":
+        qs = qs.filter(call__agent__name=filters.agent)
+    if filters.age and skip != "age":
+        qs = qs.filter(created_at__lte=now - AGE_CHOICES[filters.age])
+    if skip != "assignee":
+        live = Q(status=ReviewItem.Status.CLAIMED, lease_expires_at__gt=now, assignee__isnull=False)
+        if filters.assignee == "me":
+            qs = qs.filter(live, assignee=user)
+        elif filters.assignee == "unassigned":  # lapsed claims count as unassigned
+            qs = qs.exclude(live)
+    return qs
+
+
+def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
+    """Items matching ``filters``, most urgent first (priority, then oldest), with the call,
+    agent, assignee and ``n_similar`` (other open items with the same tool and reason)."""
+    from reviews.models import ReviewItem
+
+    now = now or timezone.now()
+    similar = (
+        ReviewItem.objects.filter(
+            project=OuterRef("project"), status__in=ReviewItem.OPEN_STATUSES,
+            reason=OuterRef("reason"), call__tool_name=OuterRef("call__tool_name"),
+        )
+        .order_by()
+        .values("project")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return (
+        _apply(ReviewItem.objects.filter(project=project), filters, user=user, now=now)
+        .select_related("call", "call__agent", "call__contract", "assignee")
+        .annotate(
+            n_similar=Coalesce(Subquery(similar, output_field=IntegerField()), 0) - 1,
+            has_absent=Exists(CallEvent.objects.filter(call=OuterRef("call"), kind=CallEvent.Kind.RECONCILED,
+                                                       body__found=False)),
+        )
+        .order_by("priority", "created_at", "pk")
+    )
+
+
+def queue_facets(*, project, filters: QueueFilters, user, now=None) -> dict[str, list[tuple[str, int]]]:
+    """Counts per value of each filter, with the other filters applied (what clicking it gives)."""
+    from reviews.models import ReviewItem
+
+    now = now or timezone.now()
+    base = ReviewItem.objects.filter(project=project)
+
+    def counts(skip: str, field: str) -> list[tuple[str, int]]:
+        rows = _apply(base, filters, user=user, now=now, skip=skip).values(field).annotate(n=Count("pk")).order_by("-n", field)
+        return [(r[field], r["n"]) for r in rows[:50]]
+
+    facets = {
+        "tool": counts("tool", "call__tool_name"),
+        "reason": counts("reason", "reason"),
+        "agent": counts("agent", "call__agent__name"),
+    }
+    status_rows = dict(counts("status", "status"))
+    facets["status"] = [
+        ("open", status_rows.get("open", 0) + status_rows.get("claimed", 0)),
+        *[(s, status_rows.get(s, 0)) for s in ("claimed", "resolved", "expired", "settled")],
+        ("all", sum(status_rows.values())),
+    ]
+    by_assignee = _apply(base, filters, user=user, now=now, skip="assignee")
+    live = Q(status=ReviewItem.Status.CLAIMED, lease_expires_at__gt=now, assignee__isnull=False)
+    agg = by_assignee.aggregate(anyone=Count("pk"), me=Count("pk", filter=live & Q(assignee=user)),
+                                unassigned=Count("pk", filter=~live))
+    facets["assignee"] = [(k, agg[k]) for k in ASSIGNEE_CHOICES]
+    by_age = _apply(base, filters, user=user, now=now, skip="age")
+    agg = by_age.aggregate(**{k: Count("pk", filter=Q(created_at__lte=now - d)) for k, d in AGE_CHOICES.items()})
+    facets["age"] = [(k, agg[k]) for k in AGE_CHOICES]
+    return facets
+
+
+def queue_progress(*, project, now=None) -> list[dict]:
+    """Per operator of the project: items claimed now (live lease) and decided today (UTC day)."""
+    from reviews.models import ReviewItem
+
+    now = now or timezone.now()
+    start = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    User = get_user_model()
+    users = (
+        User.objects.filter(memberships__project=project,
+                            memberships__role__in=[Membership.Role.OPERATOR, Membership.Role.MANAGER, Membership.Role.ADMIN])
+        .annotate(
+            claimed=Count("review_items", distinct=True, filter=Q(
+                review_items__project=project, review_items__status=ReviewItem.Status.CLAIMED,
+                review_items__lease_expires_at__gt=now)),
+        )
+        .order_by("username")
+    )
+    decided = dict(
+        ReviewItem.objects.filter(project=project, resolved_at__gte=start, resolved_by__isnull=False)
+        .values_list("resolved_by").annotate(n=Count("pk")).order_by()
+    )
+    return [{"user": u, "claimed": u.claimed, "decided_today": decided.get(u.pk, 0)} for u in users]
+
+
+def item_for_project(*, project, pk: int):
+    """The item with its call, or None when it is not in ``project`` (the view 404s)."""
+    from reviews.models import ReviewItem
+
+    return (
+        ReviewItem.objects.filter(project=project, pk=pk)
+        .select_related("call", "call__agent", "call__contract", "call__decided_by", "assignee", "resolved_by")
+        .first()
+    )
+
+
+def item_timeline(*, item) -> list[dict]:
+    """Every CallEvent of the item's call and every audit row of the item, in time order:
+    ``{"at": datetime, "kind": "event"|"audit", "obj": …}``."""
+    events = CallEvent.objects.filter(call_id=item.call_id).order_by("received_at", "pk")
+    audit = item.audit.select_related("actor").all()
+    rows = [{"at": e.received_at, "kind": "event", "obj": e} for e in events]
+    rows += [{"at": a.created_at, "kind": "audit", "obj": a} for a in audit if a.action != "comment"]
+    return sorted(rows, key=lambda r: r["at"])
+
+
+def item_reconciliations(*, item) -> list:
+    """The call's ``reconciled`` events, newest first."""
+    return list(CallEvent.objects.filter(call_id=item.call_id, kind=CallEvent.Kind.RECONCILED).order_by("-received_at"))
+
+
+def reconcile_progress(*, item) -> dict | None:
+    """The latest "Reconcile now" of the item and whether its result arrived:
+    ``{"requested_at", "by", "done": bool, "event": CallEvent|None, "stale": bool}`` (``stale``:
+    no result after ``RECONCILE_PATIENCE``, the page stops polling); None if never requested."""
+    request = item.audit.filter(action="reconcile").select_related("actor").order_by("-created_at", "-pk").first()
+    if request is None:
+        return None
+    event = (
+        CallEvent.objects.filter(call_id=item.call_id, kind=CallEvent.Kind.RECONCILED, received_at__gte=request.created_at)
+        .order_by("received_at").first()
+    )
+    stale = event is None and timezone.now() - request.created_at > RECONCILE_PATIENCE
+    return {"requested_at": request.created_at, "by": request.actor, "done": event is not None, "event": event,
+            "stale": stale}
+
+
+def item_neighbours(*, item, user) -> dict:
+    """The next open item in queue order after ``item`` (for "decide and go to the next")."""
+    from reviews.models import ReviewItem
+
+    qs = queue_items(project=item.project, filters=QueueFilters(), user=user).exclude(pk=item.pk)
+    nxt = qs.filter(Q(priority__gt=item.priority) | Q(priority=item.priority, created_at__gte=item.created_at)).first()
+    return {"next": nxt or qs.first()}
+
+
+def operators(*, project) -> QuerySet:
+    """Users who can be assigned items of ``project``."""
+    return (
+        get_user_model().objects.filter(
+            memberships__project=project,
+            memberships__role__in=[Membership.Role.OPERATOR, Membership.Role.MANAGER, Membership.Role.ADMIN],
+        ).order_by("username")
+    )
+
+
+def audit_rows(*, item) -> QuerySet:
+    return item.audit.select_related("actor").order_by("created_at", "pk")
+
+
+def call_arguments_display(call: ToolCall) -> tuple[str, list[str]]:
+    """Pretty JSON of the (already redacted) arguments and the paths of redacted values."""
+    import json
+
+    redacted: list[str] = []
+
+    def walk(value, path):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{path}.{k}" if path else k)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{path}[{i}]")
+        elif value == "•••":
+            redacted.append(path)
+
+    walk(call.arguments, "")
+    if call.arguments is None:
+        return "", []
+    return json.dumps(call.arguments, indent=2, ensure_ascii=False, sort_keys=True), redacted

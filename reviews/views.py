@@ -1,14 +1,318 @@
-"""Review queue pages (htmx)."""
+"""Review queue pages (htmx). Views parse, call a service, render; one view serves a page
+and its fragments (``"page.html#fragment"`` when htmx asks for one).
+
+Action answers: 200 with the fragment; 409 with the fragment and a conflict message when
+someone else acted first; 422 with the fragment and the reason when the action is not
+possible. Without htmx, actions redirect back with a message.
+"""
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+import csv
 
-from callgate.access import project_view
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from callgate.access import Role, project_view
+from reviews import selectors, services
+from reviews.forms import BulkForm, CommentForm, DecisionForm, ExtendForm
+from reviews.models import ReviewItem, WebhookDelivery
+
+CONFIRMABLE = {"reject", "mark_failed", "mark_applied", "override", "approve_retry"}
+
+
+def _can_act(request) -> bool:
+    return request.membership.has_role(Role.OPERATOR)
+
+
+def _get_item(request, pk: int) -> ReviewItem:
+    item = selectors.item_for_project(project=request.project, pk=pk)
+    if item is None:
+        raise Http404("No such review item.")
+    return item
+
+
+# --- queue -----------------------------------------------------------------------------------
+
+
+def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
+    """The queue's context; ``fragment`` skips what only the full page shows (facets, progress)."""
+    filters = selectors.QueueFilters.from_query(request.GET if request.method == "GET" else request.POST)
+    now = timezone.now()
+    items = selectors.queue_items(project=request.project, filters=filters, user=request.user, now=now)
+    page = Paginator(items, selectors.PAGE_SIZE).get_page(request.GET.get("page"))
+    seen = parse_datetime(request.GET.get("seen") or "") if request.GET.get("seen") else None
+    selected = {int(v) for v in request.GET.getlist("ids") if v.isdigit()}
+    return {
+        "nav_active": "review",
+        "filters": filters,
+        "page": page,
+        "rows": [{"item": i, "new": bool(seen and i.created_at > seen), "selected": i.pk in selected} for i in page],
+        "all_matching": request.GET.get("all_matching") == "1",
+        "facets": {} if fragment else selectors.queue_facets(project=request.project, filters=filters,
+                                                             user=request.user, now=now),
+        "progress": [] if fragment else selectors.queue_progress(project=request.project, now=now),
+        "operators": selectors.operators(project=request.project),
+        "presets": services.REJECT_PRESETS,
+        "now": now,
+        "can_act": _can_act(request),
+        "result": result,
+        "age_choices": list(selectors.AGE_CHOICES),
+        "fragment": fragment,
+    }
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@project_view()
+def queue(request: HttpRequest) -> HttpResponse:
+    """The queue: filters in the URL, most urgent first; ``#queue-table`` polls every 5 s."""
+    fragment = request.htmx and request.htmx.target == "queue-table"
+    template = "reviews/queue.html#queue-table" if fragment else "reviews/queue.html"
+    return render(request, template, _queue_context(request, fragment=bool(fragment)))
+
+
+@require_POST
+@project_view(role=Role.OPERATOR)
+def bulk(request: HttpRequest) -> HttpResponse:
+    """Bulk reject / assign / claim: the checked ids, or "all matching", which re-applies
+    the posted filters now and acts on exactly that set."""
+    form = BulkForm(request.POST)
+    queue_url = reverse("reviews:queue", args=[request.project.slug])
+    filters = selectors.QueueFilters.from_query(request.POST)
+    if not form.is_valid():
+        result = {"error": "Choose an action."}
+    else:
+        if form.cleaned_data["all_matching"]:
+            items = selectors.queue_items(project=request.project, filters=filters, user=request.user)
+        else:
+            items = ReviewItem.objects.filter(pk__in=form.ids())
+        assignee = None
+        if form.cleaned_data["action"] == "assign" and form.cleaned_data["assignee"]:
+            assignee = get_user_model().objects.filter(username=form.cleaned_data["assignee"]).first()
+        try:
+            outcome = services.review_items_bulk(
+                project=request.project, user=request.user, action=form.cleaned_data["action"],
+                items=items, reason=form.reason_text(), assignee=assignee,
+            )
+            result = {"outcome": outcome, "action": form.cleaned_data["action"]}
+        except services.ReviewError as exc:
+            result = {"error": str(exc)}
+    if not request.htmx:
+        if "error" in result:
+            messages.error(request, result["error"])
+        else:
+            o = result["outcome"]
+            messages.success(request, f"{o.done} done, {o.conflicts} conflicts, {len(o.errors)} failed.")
+        return HttpResponseRedirect(f"{queue_url}?{filters.query()}")
+    request.GET = request.GET.copy()
+    for name, value in filters.as_dict().items():
+        request.GET[name] = value
+    return render(request, "reviews/queue.html#queue-table", _queue_context(request, result=result, fragment=True),
+                  status=422 if "error" in result else 200)
+
+
+# --- item page -----------------------------------------------------------------------------------
+
+
+def _item_context(request, item: ReviewItem, *, flash: str = "", flash_kind: str = "", confirm: str = "") -> dict:
+    call = item.call
+    args_json, redacted = selectors.call_arguments_display(call)
+    progress = selectors.reconcile_progress(item=item)
+    audit = list(selectors.audit_rows(item=item))
+    return {
+        "nav_active": "review",
+        "item": item,
+        "call": call,
+        "contract": call.contract,
+        "args_json": args_json,
+        "redacted": redacted,
+        "timeline": selectors.item_timeline(item=item),
+        "reconciliations": selectors.item_reconciliations(item=item),
+        "reconcile_progress": progress,
+        "reconcile_why": services.reconcile_unavailable_reason(call),
+        "comments": [a for a in audit if a.is_comment],
+        "audit": audit,
+        "deliveries": WebhookDelivery.objects.filter(item=item).order_by("created_at", "pk"),
+        "allowed": services.allowed_decisions(item),
+        "guard": services.approve_retry_guard(call) if item.kind == ReviewItem.Kind.ESCALATION else "",
+        "lease_active": item.lease_active(),
+        "mine": item.lease_active() and item.assignee_id == request.user.pk,
+        "can_act": _can_act(request),
+        "presets": services.REJECT_PRESETS,
+        "operators": selectors.operators(project=request.project),
+        "next": selectors.item_neighbours(item=item, user=request.user)["next"],
+        "flash": flash,
+        "flash_kind": flash_kind,
+        "confirm": confirm if confirm in CONFIRMABLE else "",
+    }
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@project_view()
+def item_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """The item page; ``?confirm=<decision>`` opens the inline reason form of that action."""
+    item = _get_item(request, pk)
+    confirm = request.GET.get("confirm", "") if _can_act(request) else ""
+    fragment = request.htmx and request.htmx.target == "item"
+    template = "reviews/item_detail.html#item" if fragment else "reviews/item_detail.html"
+    return render(request, template, _item_context(request, item, confirm=confirm))
+
+
+def _answer(request, item: ReviewItem, *, ok: str = "", error: str = "", status: int = 200) -> HttpResponse:
+    """The action's answer: the item fragment (or queue row) for htmx, a redirect otherwise."""
+    from_queue = request.POST.get("from") == "queue"
+    if not request.htmx:
+        (messages.error if error else messages.success)(request, error or ok)
+        if from_queue:
+            return HttpResponseRedirect(reverse("reviews:queue", args=[request.project.slug]))
+        return HttpResponseRedirect(reverse("reviews:item", args=[request.project.slug, item.pk]))
+    item = selectors.item_for_project(project=request.project, pk=item.pk)
+    if from_queue:
+        row = selectors.queue_items(
+            project=request.project, filters=selectors.QueueFilters(status="all"), user=request.user
+        ).get(pk=item.pk)
+        context = {"row": {"item": row, "new": False, "selected": False}, "now": timezone.now(),
+                   "can_act": True, "filters": selectors.QueueFilters(), "row_flash": error or ok,
+                   "row_flash_kind": "error" if error else "ok", "project": request.project}
+        return render(request, "reviews/queue.html#queue-row", context, status=status)
+    context = _item_context(request, item, flash=error or ok, flash_kind="error" if error else "ok")
+    return render(request, "reviews/item_detail.html#item", context, status=status)
+
+
+def _run(request, item, action, ok: str) -> HttpResponse:
+    try:
+        action()
+    except services.ReviewConflict as exc:
+        return _answer(request, exc.item, error=str(exc), status=409)
+    except services.ReviewError as exc:
+        return _answer(request, item, error=str(exc), status=422)
+    return _answer(request, item, ok=ok)
+
+
+@require_POST
+@project_view(role=Role.OPERATOR)
+def claim(request: HttpRequest, pk: int) -> HttpResponse:
+    item = _get_item(request, pk)
+    return _run(request, item, lambda: services.review_item_claim(item=item, user=request.user),
+                "Claimed. The claim lapses after a while without activity.")
+
+
+@require_POST
+@project_view(role=Role.OPERATOR)
+def release(request: HttpRequest, pk: int) -> HttpResponse:
+    item = _get_item(request, pk)
+    return _run(request, item, lambda: services.review_item_release(item=item, user=request.user), "Released.")
+
+
+@require_POST
+@project_view(role=Role.OPERATOR)
+def assign(request: HttpRequest, pk: int) -> HttpResponse:
+    item = _get_item(request, pk)
+    username = request.POST.get("assignee", "")
+    assignee = get_user_model().objects.filter(username=username).first() if username else None
+    if username and assignee is None:
+        return _answer(request, item, error=f"No user {username!r}.", status=422)
+    return _run(request, item, lambda: services.review_item_assign(item=item, user=request.user, assignee=assignee),
+                f"Assigned to {username}." if username else "Unassigned.")
+
+
+@require_POST
+@project_view(role=Role.OPERATOR)
+def comment(request: HttpRequest, pk: int) -> HttpResponse:
+    item = _get_item(request, pk)
+    form = CommentForm(request.POST)
+    text = form.data.get("text", "")
+    return _run(request, item, lambda: services.review_item_comment(item=item, user=request.user, text=text),
+                "Comment added.")
+
+
+@require_POST
+@project_view(role=Role.OPERATOR)
+def reconcile(request: HttpRequest, pk: int) -> HttpResponse:
+    item = _get_item(request, pk)
+    return _run(request, item, lambda: services.review_item_reconcile(item=item, user=request.user),
+                "Reconciliation requested: looking the operation up in the target…")
+
+
+@require_POST
+@project_view(role=Role.OPERATOR)
+def extend(request: HttpRequest, pk: int) -> HttpResponse:
+    item = _get_item(request, pk)
+    form = ExtendForm(request.POST)
+    if not form.is_valid():
+        return _answer(request, item, error="Choose how long to extend by.", status=422)
+    seconds = form.cleaned_data["seconds"]
+    return _run(request, item, lambda: services.review_item_extend(item=item, user=request.user, seconds=seconds),
+                f"Approval timeout extended by {seconds // 60} min.")
+
+
+DECISION_DONE = {
+    "approve": "Approved: the agent may execute the call.",
+    "approve_retry": "Retry approved: the agent retries under the same operation ID.",
+    "reject": "Rejected: the agent gets your reason as the observation.",
+    "mark_applied": "Marked applied: the call has a receipt.",
+    "mark_failed": "Marked failed: the call stops.",
+}
+
+
+@require_POST
+@project_view(role=Role.OPERATOR)
+def decide(request: HttpRequest, pk: int) -> HttpResponse:
+    """Approve / approve retry / reject / mark applied / mark failed (``decision`` in the form)."""
+    item = _get_item(request, pk)
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        return _answer(request, item, error="Unknown decision.", status=422)
+    decision = form.cleaned_data["decision"]
+    return _run(
+        request, item,
+        lambda: services.review_item_decide(item=item, user=request.user, decision=decision,
+                                            reason=form.reason_text(), override=form.cleaned_data["override"]),
+        DECISION_DONE[decision],
+    )
 
 
 @require_GET
 @project_view()
-def queue(request: HttpRequest) -> HttpResponse:
-    return render(request, "reviews/queue.html", {"nav_active": "review"})
+def reconcile_status(request: HttpRequest, pk: int) -> HttpResponse:
+    """The "Reconcile now" progress fragment, polled until the ``reconciled`` event arrives;
+    then it answers with the result and triggers ``reconciled`` so the page refreshes."""
+    item = _get_item(request, pk)
+    context = {"item": item, "reconcile_progress": selectors.reconcile_progress(item=item), "project": request.project}
+    response = render(request, "reviews/item_detail.html#reconcile-status", context)
+    if context["reconcile_progress"] and context["reconcile_progress"]["done"] and request.GET.get("polling"):
+        response["HX-Trigger"] = "reconciled"
+    return response
+
+
+@require_GET
+@project_view()
+def audit_csv(request: HttpRequest, pk: int) -> HttpResponse:
+    """The item's audit trail as CSV: who, what, when (UTC), state before/after, reason."""
+    item = _get_item(request, pk)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="review-{item.pk}-audit.csv"'
+    writer = csv.writer(response)
+    writer.writerow(["when_utc", "who", "what", "state_before", "state_after", "call_state_before",
+                     "call_state_after", "reason", "override"])
+    for row in selectors.audit_rows(item=item):
+        writer.writerow([
+            row.created_at.isoformat(), row.actor.get_username() if row.actor else "callgate", row.action,
+            row.state_before, row.state_after, row.call_state_before, row.call_state_after,
+            _csv_safe(row.reason), "yes" if row.override else "",
+        ])
+    return response
+
+
+def _csv_safe(text: str) -> str:
+    """Neutralise spreadsheet formulas in free text."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

@@ -3,66 +3,34 @@ drawn (no CSP or script errors), tables sit beside them, and screenshots of ever
 to ``test-artifacts/`` for a human to look at."""
 from __future__ import annotations
 
-import os
-import shutil
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
-from django.conf import settings
-from django.contrib.staticfiles.testing import StaticLiveServerTestCase
 from django.utils import timezone
 
-from callgate.models import Agent, Membership, Project
+from callgate.models import Agent
+from reviews.models import ReviewItem
 from callgate.rollups import hour_floor, rollups_rebuild
+from tests.browser_support import BrowserTestCase, artifact_path
 from tests.callgate.test_reports import make_contracts, seed_calls
-from tests.factories import make_user
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts"
 PAGES = [("overview", ""), ("reasons", "reasons/"), ("tools", "tools/"), ("agents", "agents/"),
          ("reliability", "reliability/"), ("review", "review/")]
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium is not installed")
-class BrowserReportsTests(StaticLiveServerTestCase):
-    @classmethod
-    def setUpClass(cls):
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop
-        super().setUpClass()
-        from playwright.sync_api import sync_playwright
-
-        cls.playwright = sync_playwright().start()
-        cls.browser = cls.playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-        )
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.browser.close()
-        cls.playwright.stop()
-        super().tearDownClass()
+class BrowserReportsTests(BrowserTestCase):
+    viewport = {"width": 1440, "height": 900}
 
     def setUp(self):
-        self.project = Project.objects.create(slug="acme", name="Acme")
-        self.maria = make_user("maria")
-        Membership.objects.create(user=self.maria, project=self.project, role=Membership.Role.MANAGER)
-        agents = [Agent.objects.create(project=self.project, name=n) for n in ("support-bot", "travel-bot", "billing-bot")]
+        super().setUp()
+        agents = [self.agent, *(Agent.objects.create(project=self.project, name=n) for n in ("travel-bot", "billing-bot"))]
         contracts = make_contracts(self.project)
         start = hour_floor(timezone.now()) - timedelta(days=7)
         calls = seed_calls(self.project, agents, contracts, n=900, start=start, hours=24 * 7)
         seed_calls(self.project, agents, contracts, seed=3, n=700, start=start - timedelta(days=7), hours=24 * 7)
         self._review_items(calls)
         rollups_rebuild()
-        ARTIFACTS.mkdir(exist_ok=True)
 
     def _review_items(self, calls):
-        from django.apps import apps
-
-        try:
-            ReviewItem = apps.get_model("reviews", "ReviewItem")
-        except LookupError:
-            return
         now = timezone.now()
         review = [c for c in calls if c.route == "review"]
         for i, call in enumerate(review):
@@ -77,13 +45,10 @@ class BrowserReportsTests(StaticLiveServerTestCase):
                 )
 
     def _context(self, scheme: str):
-        from django.test import Client
-
-        client = Client()
-        client.force_login(self.maria)
-        context = self.browser.new_context(color_scheme=scheme, viewport={"width": 1440, "height": 900})
-        context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
-                              "url": self.live_server_url}])
+        if not self.context.cookies():
+            self.login("maria")
+        context = self.browser.new_context(color_scheme=scheme, viewport=self.viewport)
+        context.add_cookies(self.context.cookies())
         return context
 
     def test_it_draws_every_report_page_in_light_and_dark(self):
@@ -108,7 +73,7 @@ class BrowserReportsTests(StaticLiveServerTestCase):
                     # Chart.js sized the canvas: it drew something
                     assert page.evaluate("(c) => Chart.getChart(c) !== undefined", canvas.element_handle()), (name, i)
                 assert page.locator("table.report-table").count() >= 1
-                page.screenshot(path=str(ARTIFACTS / f"reports-{name}-{scheme}.png"), full_page=True)
+                page.screenshot(path=str(artifact_path(f"reports-{name}-{scheme}")), full_page=True)
             assert errors == [], errors
             context.close()
 

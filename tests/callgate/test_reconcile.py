@@ -3,7 +3,6 @@ header, timeouts), and the ``reconcile_call`` task and the periodic jobs moving 
 
 from __future__ import annotations
 
-import unittest
 from datetime import timedelta
 from unittest import mock
 
@@ -209,12 +208,6 @@ class ArgumentDifferencesTests(SimpleTestCase):
 
 
 # --- the task (needs the lead's lifecycle services) ---------------------------------------
-HAS_SERVICES = all(hasattr(services, name) for name in ("call_reconciled", "call_reconcile_failed"))
-
-
-@unittest.skipUnless(
-    HAS_SERVICES, "callgate.services.call_reconciled / call_reconcile_failed not there yet"
-)
 @override_settings(CALLGATE_RECONCILE_AUTH_HEADER=f"Authorization: Bearer {TOKEN}")
 class ReconcileTaskTests(BaseTestCase):
     def setUp(self):
@@ -424,9 +417,6 @@ class PeriodicJobTests(BaseTestCase):
         assert CallEvent.objects.filter(project=self.project).count() == 2
         assert CallEvent.objects.filter(project=self.other_project).count() == 1
 
-    @unittest.skipUnless(
-        hasattr(services, "call_deadline_passed"), "services.call_deadline_passed not there yet"
-    )
     def test_it_sweeps_calls_past_their_deadline(self):
         from callgate import tasks
 
@@ -452,25 +442,6 @@ class PeriodicJobTests(BaseTestCase):
         assert tasks.sweep_deadlines() == 1
         call.refresh_from_db()
         assert call.reason == "retry_exhausted"
-
-    @unittest.skipUnless(
-        hasattr(services, "call_approval_expired"), "services.call_approval_expired not there yet"
-    )
-    def test_it_expires_approvals(self):
-        from callgate import tasks
-
-        call = self.make_call(
-            "waiting",
-            state=ToolCall.State.PENDING_APPROVAL,
-            reason="approval_pending",
-            category="approval",
-            route="review",
-            approval_expires_at=timezone.now() - timedelta(seconds=1),
-        )
-
-        assert tasks.expire_approvals() == 1
-        call.refresh_from_db()
-        assert call.reason == "approval_expired"
 
 
 class ReconcileEndToEndTests(BaseTestCase):

@@ -1,0 +1,203 @@
+"""The review queue in a real browser (system Chromium via Playwright)."""
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from unittest import mock
+
+import httpx
+
+from callgate.models import ToolCall
+from reviews import services
+from reviews.models import ReviewItem
+from tests.browser_support import BrowserTestCase
+from tests.reviews.fixtures import add_reconciled, make_contract, make_item
+
+
+def target_without_the_operation() -> httpx.Client:
+    """The target system of the reconcile look-up: it has no record (404), a little slowly."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        time.sleep(0.3)
+        return httpx.Response(404, json={"error": "not found"})
+
+    return httpx.Client(transport=httpx.MockTransport(handler), follow_redirects=False)
+
+
+class ReviewBrowserTests(BrowserTestCase):
+    def snapshot(self, name: str) -> None:
+        """Screenshot, then drop the empty ``style`` attributes Playwright's screenshot leaves
+        behind: htmx's settle step would copy them (a CSP violation of the test, not ours)."""
+        self.screenshot(name)
+        self.page.evaluate("document.querySelectorAll('[style]').forEach(e => e.removeAttribute('style'))")
+
+    def item_path(self, item) -> str:
+        return f"/p/{self.project.slug}/review/{item.pk}/"
+
+    def test_it_claims_reconciles_and_approves_with_the_keyboard(self):
+        item = make_item(self.project, self.agent, reason="outcome_unknown")
+        self.login("alice")
+        self.visit(self.item_path(item))
+        header = self.page.locator(".itemhead")
+        assert header.get_by_role("button", name="Approve retry").is_disabled()
+        assert "Approve retry needs a reconciliation that found nothing" in header.inner_text()
+        self.snapshot("review-item")
+
+        self.page.keyboard.press("c")
+        self.page.get_by_text("Claimed. The claim lapses").wait_for()
+        with mock.patch("callgate.reconcile.make_client", target_without_the_operation):
+            self.page.keyboard.press("r")
+            self.page.get_by_text("the target has no trace of this operation").wait_for()
+        approve = header.get_by_role("button", name="Approve retry")
+        approve.wait_for()
+        assert approve.is_enabled()
+        self.page.keyboard.press("a")
+        self.page.get_by_text("Retry approved").wait_for()
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert (call.decision, call.decided_by) == ("approve_retry", self.alice)
+        actions = list(item.audit.values_list("action", flat=True))
+        assert actions == ["opened", "claim", "reconcile", "approve_retry"]
+        self.screenshot("review-item-decided")
+        self.assert_no_console_errors()
+
+    def test_it_rejects_with_a_written_reason_inline(self):
+        item = make_item(self.project, self.agent, reason="retry_exhausted")
+        self.login("bob")
+        self.visit(self.item_path(item))
+        self.page.keyboard.press("x")
+        reason = self.page.get_by_label("Reason (the agent reads it as the observation)")
+        reason.wait_for()
+        assert reason.evaluate("el => el === document.activeElement")
+        reason.type("The customer cancelled the order.")
+        self.snapshot("review-item-reject-form")
+        reason.press("Enter")
+        self.page.get_by_text("Rejected: the agent gets your reason").wait_for()
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert call.decision == "reject" and call.decision_reason == "The customer cancelled the order."
+        assert "The customer cancelled the order." in self.page.locator("table.audit").inner_text()
+        self.assert_no_console_errors()
+
+    def test_it_shows_the_conflict_when_someone_else_decided_first(self):
+        item = make_item(self.project, self.agent, reason="retry_exhausted")
+        self.login("alice")
+        self.visit(self.item_path(item))
+        services.review_item_decide(item=ReviewItem.objects.get(pk=item.pk), user=self.bob,
+                                    decision="mark_failed", reason="The target is gone.")
+        self.page.keyboard.press("x")
+        reason = self.page.get_by_label("Reason (the agent reads it as the observation)")
+        reason.fill("Too late.")
+        reason.press("Enter")
+        alert = self.page.get_by_role("alert")
+        alert.wait_for()
+        assert "bob already decided this item (mark_failed)" in alert.inner_text()
+        assert "Resolved: mark_failed" in self.page.locator(".itemhead").inner_text()
+        self.screenshot("review-item-conflict")
+        assert ToolCall.objects.get(pk=item.call_id).decision == "mark_failed"
+
+    def test_it_shows_a_viewer_no_action_buttons(self):
+        item = make_item(self.project, self.agent)
+        self.login("victor")
+        self.visit(f"/p/{self.project.slug}/review/")
+        self.page.locator(f"#item-{item.pk}").wait_for()
+        assert self.page.locator("[data-key]").count() == 0 or \
+            self.page.locator("button[data-key], form#bulk").count() == 0
+        self.visit(self.item_path(item))
+        assert self.page.get_by_role("toolbar").count() == 0
+        assert self.page.get_by_role("button", name="Claim").count() == 0
+        self.assert_no_console_errors()
+
+    def test_it_clears_fifty_mixed_items_with_the_keyboard_alone(self):
+        read = make_contract(self.project, "get_weather", effect="read", reconcile="none")
+        items = []
+        for n in range(50):
+            if n % 3 == 0:
+                items.append(make_item(self.project, self.agent, kind="approval", age=timedelta(minutes=n)))
+            elif n % 3 == 1:
+                items.append(make_item(self.project, self.agent, reason="retry_exhausted", contract=read,
+                                       tool="get_weather", age=timedelta(minutes=n)))
+            else:
+                item = make_item(self.project, self.agent, reason="outcome_unknown", age=timedelta(minutes=n))
+                add_reconciled(item.call, found=False)
+                items.append(item)
+        self.login("alice")
+        failures: list[str] = []
+        self.page.on("response", lambda r: failures.append(f"{r.status} {r.request.method} {r.url}")
+                     if r.status >= 400 else None)
+        self.visit(f"/p/{self.project.slug}/review/")
+        self.page.locator("table.queue tbody tr").nth(49).wait_for()
+        self.snapshot("review-queue")
+        self.page.locator("table.queue tbody tr").nth(49).wait_for()
+        started = time.monotonic()
+        for _ in range(150):
+            if not ReviewItem.objects.filter(project=self.project, status__in=["open", "claimed"]).exists():
+                break
+            self.page.keyboard.press("j")
+            selected = self.page.locator("tr[aria-selected=true]")
+            if selected.count() != 1 or selected.locator("button[data-key=a]:not([disabled])").count() == 0:
+                continue
+            row_id = selected.get_attribute("id")
+            self.page.keyboard.press("a")
+            # the answer swaps the row (or the 5 s refresh already dropped the decided row)
+            try:
+                self.page.wait_for_function(
+                    "id => !document.getElementById(id) || document.querySelector(`#${id} .rowflash`)", arg=row_id,
+                    timeout=12_000)
+            except Exception:
+                raise AssertionError(f"{row_id} stuck; failed responses: {failures}; "
+                                     f"{ReviewItem.objects.get(pk=int(row_id.split('-')[1])).status}")
+        elapsed = time.monotonic() - started
+        assert failures == []
+        assert not ReviewItem.objects.filter(project=self.project, status__in=["open", "claimed"]).exists()
+        assert ReviewItem.objects.filter(project=self.project, resolved_by=self.alice).count() == 50
+        assert elapsed < 60, f"took {elapsed:.1f} s"
+        self.screenshot("review-queue-cleared")
+        self.assert_no_console_errors()
+
+    def test_it_moves_selects_and_opens_with_the_keyboard(self):
+        first = make_item(self.project, self.agent, kind="approval")
+        second = make_item(self.project, self.agent, age=timedelta(minutes=3))
+        self.login("alice")
+        self.visit(f"/p/{self.project.slug}/review/")
+        self.page.keyboard.press("?")
+        dialog = self.page.locator("dialog#shortcuts")
+        dialog.wait_for()
+        assert "Claim the selected item" in dialog.inner_text()
+        self.page.keyboard.press("Escape")
+        self.page.keyboard.press("j")
+        self.page.keyboard.press("j")
+        assert self.page.locator("tr[aria-selected=true]").get_attribute("id") == f"item-{second.pk}"
+        self.page.keyboard.press("x")
+        assert self.page.locator(f"#item-{second.pk} input[type=checkbox]").is_checked()
+        self.page.keyboard.press("c")
+        self.page.locator(f"#item-{second.pk} .rowflash").wait_for()
+        # the 5 s refresh keeps the selection and the checked box
+        time.sleep(6)
+        assert self.page.locator("tr[aria-selected=true]").get_attribute("id") == f"item-{second.pk}"
+        self.assert_no_console_errors()
+        self.page.keyboard.press("?")
+        self.screenshot("review-queue-help")
+        self.page.keyboard.press("Escape")
+        self.page.keyboard.press("k")
+        with self.page.expect_navigation():
+            self.page.keyboard.press("Enter")
+        assert self.page.url.endswith(self.item_path(first))
+
+    def test_it_renders_the_item_page_in_dark_mode_with_an_override_in_red(self):
+        item = make_item(self.project, self.agent, reason="outcome_unknown")
+        services.review_item_comment(item=item, user=self.bob, text="Customer says nothing arrived.")
+        services.review_item_decide(item=item, user=self.bob, decision="approve_retry", override=True,
+                                    reason="Checked the CRM by hand: no follow-up exists.")
+        approval = make_item(self.project, self.agent, kind="approval")
+        self.page.emulate_media(color_scheme="dark")
+        self.login("alice")
+        self.visit(self.item_path(item))
+        override = self.page.locator("table.audit tr.audit-override")
+        assert "Checked the CRM by hand" in override.inner_text()
+        assert override.locator("td").first.evaluate("el => getComputedStyle(el).color") != \
+            self.page.locator("table.audit tr").nth(1).locator("td").first.evaluate("el => getComputedStyle(el).color")
+        self.screenshot("review-item-dark")
+        self.visit(f"/p/{self.project.slug}/review/?status=all")
+        self.page.locator(f"#item-{approval.pk} [data-countdown]").wait_for()
+        assert "left" in self.page.locator(f"#item-{approval.pk} [data-countdown]").inner_text()
+        self.screenshot("review-queue-dark")
+        self.assert_no_console_errors()

@@ -1,0 +1,88 @@
+"""Two operators acting on one item at once: exactly one wins. Real concurrent transactions
+on PostgreSQL (one connection per thread); skipped on other databases."""
+from __future__ import annotations
+
+import threading
+import time
+import unittest
+from unittest import mock
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import TransactionTestCase
+
+from callgate.models import Agent, Membership, Project, ToolCall
+from reviews import services
+from reviews.models import ReviewAudit, ReviewItem
+from tests.reviews.fixtures import make_item
+
+
+@unittest.skipUnless(connection.vendor == "postgresql", "needs PostgreSQL row locks")
+class ReviewConcurrentDecisionTests(TransactionTestCase):
+    def setUp(self):
+        self.project = Project.objects.create(slug="acme", name="Acme")
+        User = get_user_model()
+        self.alice = User.objects.create_user("alice", password="x")
+        self.bob = User.objects.create_user("bob", password="x")
+        for user in (self.alice, self.bob):
+            Membership.objects.create(user=user, project=self.project, role=Membership.Role.OPERATOR)
+        self.agent = Agent.objects.create(project=self.project, name="support-bot")
+
+    def race(self, actions):
+        """Run each action in its own thread and connection, all released at once.
+        The winner holds its transaction open a moment so the loser really overlaps."""
+        barrier = threading.Barrier(len(actions))
+        outcomes: list = [None] * len(actions)
+        original = services.core_services.call_apply_decision
+
+        def slow_apply(**kwargs):
+            time.sleep(0.4)  # inside the winner's transaction, after its UPDATE took the row lock
+            return original(**kwargs)
+
+        def run(i, action):
+            try:
+                barrier.wait()
+                action()
+                outcomes[i] = "won"
+            except services.ReviewConflict as exc:
+                outcomes[i] = exc
+            except Exception as exc:  # pragma: no cover - shown in the assertion
+                outcomes[i] = repr(exc)
+            finally:
+                connection.close()
+
+        with mock.patch.object(services.core_services, "call_apply_decision", slow_apply):
+            threads = [threading.Thread(target=run, args=(i, a)) for i, a in enumerate(actions)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(10)
+        return outcomes
+
+    def test_it_lets_exactly_one_of_two_decisions_win(self):
+        item = make_item(self.project, self.agent, reason="retry_exhausted")
+        a = ReviewItem.objects.select_related("call__contract").get(pk=item.pk)
+        b = ReviewItem.objects.select_related("call__contract").get(pk=item.pk)
+        outcomes = self.race([
+            lambda: services.review_item_decide(item=a, user=self.alice, decision="reject", reason="No."),
+            lambda: services.review_item_decide(item=b, user=self.bob, decision="mark_failed", reason="Broken."),
+        ])
+        assert sorted(o == "won" for o in outcomes) == [False, True], outcomes
+        loser = next(o for o in outcomes if o != "won")
+        assert isinstance(loser, services.ReviewConflict) and "already decided" in str(loser)
+        item.refresh_from_db()
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert item.status == "resolved" and call.decision == item.resolution
+        assert ReviewAudit.objects.filter(item=item, action__in=["reject", "mark_failed"]).count() == 1
+        assert call.events.filter(kind="decision").count() == 1
+
+    def test_it_lets_exactly_one_of_two_claims_win(self):
+        item = make_item(self.project, self.agent)
+        a = ReviewItem.objects.get(pk=item.pk)
+        b = ReviewItem.objects.get(pk=item.pk)
+        outcomes = self.race([
+            lambda: services.review_item_claim(item=a, user=self.alice),
+            lambda: services.review_item_claim(item=b, user=self.bob),
+        ])
+        assert sorted(o == "won" for o in outcomes) == [False, True], outcomes
+        assert ReviewAudit.objects.filter(item=item, action="claim").count() == 1

@@ -1,0 +1,285 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.test import override_settings
+from django.utils import timezone
+
+from callgate.models import CallEvent, ToolCall
+from reviews import services
+from reviews.models import ReviewAudit, ReviewItem
+from tests.factories import BaseTestCase
+from tests.reviews.fixtures import add_reconciled, make_call, make_contract, make_item
+
+
+class ReviewItemOpenTests(BaseTestCase):
+    def test_it_opens_one_item_per_call_with_an_audit_row(self):
+        call = make_call(self.project, self.agent)
+        first = services.review_item_open(call=call, kind="escalation")
+        second = services.review_item_open(call=call, kind="escalation")
+        assert first.pk == second.pk
+        assert first.priority == 1
+        assert list(first.audit.values_list("action", flat=True)) == ["opened"]
+
+    def test_it_settles_open_items_with_an_audit_row(self):
+        item = make_item(self.project, self.agent)
+        assert services.review_items_settle(call=item.call, note="late receipt") == 1
+        item.refresh_from_db()
+        assert item.status == "settled"
+        row = item.audit.last()
+        assert (row.action, row.state_before, row.state_after, row.reason) == ("settled", "open", "settled", "late receipt")
+
+
+class ReviewClaimTests(BaseTestCase):
+    def test_it_claims_and_a_second_operator_conflicts(self):
+        item = make_item(self.project, self.agent)
+        services.review_item_claim(item=item, user=self.alice)
+        stale = ReviewItem.objects.get(pk=item.pk)
+        try:
+            services.review_item_claim(item=stale, user=self.bob)
+            raise AssertionError("bob must not win")
+        except services.ReviewConflict as exc:
+            assert "alice claimed" in str(exc)
+            assert exc.item.assignee == self.alice
+
+    @override_settings(CALLGATE_REVIEW_CLAIM_LEASE=60)
+    def test_it_lets_a_lapsed_claim_be_taken_over(self):
+        item = make_item(self.project, self.agent)
+        services.review_item_claim(item=item, user=self.alice)
+        ReviewItem.objects.filter(pk=item.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        item.refresh_from_db()
+        assert item.current_assignee_id() is None
+        services.review_item_claim(item=item, user=self.bob)
+        item.refresh_from_db()
+        assert item.assignee == self.bob
+
+    def test_it_lapses_idle_claims_periodically(self):
+        item = make_item(self.project, self.agent)
+        services.review_item_claim(item=item, user=self.alice)
+        ReviewItem.objects.filter(pk=item.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        assert services.review_leases_lapse() == 1
+        item.refresh_from_db()
+        assert (item.status, item.assignee) == ("open", None)
+        assert item.audit.last().action == "lease_lapsed"
+
+    def test_it_releases_and_assigns(self):
+        item = make_item(self.project, self.agent)
+        services.review_item_claim(item=item, user=self.alice)
+        services.review_item_release(item=item, user=self.alice)
+        item.refresh_from_db()
+        assert item.status == "open"
+        services.review_item_assign(item=item, user=self.alice, assignee=self.bob)
+        item.refresh_from_db()
+        assert (item.status, item.assignee) == ("claimed", self.bob)
+        assert item.lease_active()
+
+    def test_it_refuses_to_assign_a_viewer(self):
+        item = make_item(self.project, self.agent)
+        try:
+            services.review_item_assign(item=item, user=self.alice, assignee=self.victor)
+            raise AssertionError
+        except services.ReviewError:
+            pass
+
+
+class ReviewDecisionTests(BaseTestCase):
+    def test_it_rejects_with_a_reason_that_becomes_the_observation(self):
+        item = make_item(self.project, self.agent, reason="retry_exhausted")
+        services.review_item_decide(item=item, user=self.alice, decision="reject", reason="Customer cancelled.")
+        item.refresh_from_db()
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert (item.status, item.resolution, item.resolved_by) == ("resolved", "reject", self.alice)
+        assert call.decision == "reject" and call.decision_reason == "Customer cancelled."
+        assert call.state in {"failed", "rejected"} and call.route == "stop"
+        assert call.reason == "retry_exhausted"  # kept beside the decision
+        row = item.audit.last()
+        assert (row.action, row.actor, row.state_before, row.state_after, row.reason) == (
+            "reject", self.alice, "open", "resolved", "Customer cancelled.")
+        assert row.call_state_before == "in_review"
+        assert CallEvent.objects.filter(call=call, kind="decision", source="operator").exists()
+
+    def test_it_needs_a_reason_to_reject(self):
+        item = make_item(self.project, self.agent)
+        try:
+            services.review_item_decide(item=item, user=self.alice, decision="reject", reason=" ")
+            raise AssertionError
+        except services.ReviewError:
+            pass
+        item.refresh_from_db()
+        assert item.status == "open"
+
+    def test_it_blocks_approve_retry_of_an_unknown_write_without_reconciliation(self):
+        item = make_item(self.project, self.agent, reason="outcome_unknown")
+        try:
+            services.review_item_decide(item=item, user=self.alice, decision="approve_retry")
+            raise AssertionError
+        except services.ReviewError as exc:
+            assert "reconciliation that found nothing" in str(exc)
+        assert ToolCall.objects.get(pk=item.call_id).state == "in_review"
+
+    def test_it_allows_approve_retry_after_a_reconciliation_found_nothing(self):
+        item = make_item(self.project, self.agent, reason="outcome_unknown")
+        add_reconciled(item.call, found=False)
+        services.review_item_decide(item=item, user=self.alice, decision="approve_retry")
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert call.decision == "approve_retry" and call.route == "retry"
+        assert not item.audit.last().override
+
+    def test_it_does_not_count_a_reconciliation_that_found_the_write(self):
+        item = make_item(self.project, self.agent, reason="reconcile_mismatch")
+        add_reconciled(item.call, found=True, matches=False)
+        assert services.approve_retry_guard(item.call)
+
+    def test_it_allows_an_override_with_a_reason_and_marks_it(self):
+        item = make_item(self.project, self.agent, reason="not_reconcilable",
+                         contract=make_contract(self.project, "send_invoice", reconcile="none"), tool="send_invoice")
+        try:
+            services.review_item_decide(item=item, user=self.alice, decision="approve_retry", override=True)
+            raise AssertionError("an override needs a reason")
+        except services.ReviewError:
+            pass
+        services.review_item_decide(item=item, user=self.alice, decision="approve_retry", override=True,
+                                    reason="Checked the mailbox: nothing was sent.")
+        row = item.audit.last()
+        assert row.override and row.action == "approve_retry"
+
+    def test_it_does_not_guard_reads(self):
+        contract = make_contract(self.project, "get_weather", effect="read", reconcile="none")
+        item = make_item(self.project, self.agent, reason="retry_exhausted", contract=contract, tool="get_weather")
+        assert services.approve_retry_guard(item.call) == ""
+
+    def test_it_marks_applied_with_a_receipt(self):
+        item = make_item(self.project, self.agent)
+        services.review_item_decide(item=item, user=self.alice, decision="mark_applied", reason="Ticket exists.")
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert call.receipt is not None and call.reason == "reconciled_applied" and call.state == "succeeded"
+
+    def test_it_approves_an_approval_request(self):
+        item = make_item(self.project, self.agent, kind="approval")
+        assert services.allowed_decisions(item)["approve_retry"]
+        services.review_item_decide(item=item, user=self.alice, decision="approve")
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert call.state == "allowed" and call.decision == "approve"
+
+    def test_it_refuses_a_decision_the_call_state_does_not_allow_and_changes_nothing(self):
+        item = make_item(self.project, self.agent)
+        ToolCall.objects.filter(pk=item.call_id).update(state="succeeded")
+        item.call.refresh_from_db()
+        try:
+            services.review_item_decide(item=item, user=self.alice, decision="mark_failed", reason="x")
+            raise AssertionError
+        except services.ReviewError:
+            pass
+        item.refresh_from_db()
+        assert item.status == "open"
+        assert item.audit.count() == 1
+
+    def test_it_conflicts_when_the_item_was_decided_meanwhile(self):
+        item = make_item(self.project, self.agent)
+        stale = ReviewItem.objects.select_related("call").get(pk=item.pk)
+        services.review_item_decide(item=item, user=self.alice, decision="reject", reason="No.")
+        try:
+            services.review_item_decide(item=stale, user=self.bob, decision="mark_failed", reason="Broken.")
+            raise AssertionError
+        except services.ReviewConflict as exc:
+            assert "alice already decided" in str(exc)
+        assert ToolCall.objects.get(pk=item.call_id).decision == "reject"
+
+
+class ApprovalTimeoutTests(BaseTestCase):
+    def test_it_extends_the_timeout_on_item_and_call(self):
+        item = make_item(self.project, self.agent, kind="approval")
+        before = item.approval_expires_at
+        services.review_item_extend(item=item, user=self.alice, seconds=600)
+        item.refresh_from_db()
+        assert item.approval_expires_at == before + timedelta(seconds=600)
+        assert ToolCall.objects.get(pk=item.call_id).approval_expires_at == item.approval_expires_at
+        assert item.audit.last().action == "extend"
+
+    def test_it_expires_overdue_approvals_never_approving(self):
+        item = make_item(self.project, self.agent, kind="approval", approval_in=timedelta(seconds=-5))
+        ReviewItem.objects.filter(pk=item.pk).update(approval_expires_at=timezone.now() - timedelta(seconds=5))
+        assert services.review_items_expire() == 1
+        item.refresh_from_db()
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert item.status == "expired"
+        assert call.state != "allowed" and call.reason == "approval_expired"
+        assert item.audit.last().action == "expired"
+
+
+class ReviewAuditTests(BaseTestCase):
+    def test_it_is_append_only(self):
+        item = make_item(self.project, self.agent)
+        row = item.audit.get()
+        row.reason = "changed"
+        for attempt in (lambda: row.save(), lambda: row.delete(), lambda: ReviewAudit.objects.update(reason="x"),
+                        lambda: ReviewAudit.objects.filter(pk=row.pk).delete()):
+            try:
+                attempt()
+                raise AssertionError("must refuse")
+            except TypeError:
+                pass
+        assert ReviewAudit.objects.get(pk=row.pk).reason == "outcome_unknown"
+
+    def test_it_records_comments(self):
+        item = make_item(self.project, self.agent)
+        services.review_item_comment(item=item, user=self.bob, text="Looking at the CRM.")
+        assert item.audit.filter(action="comment", actor=self.bob).count() == 1
+
+
+class ReviewBulkTests(BaseTestCase):
+    def test_it_rejects_in_bulk_and_counts_conflicts(self):
+        items = [make_item(self.project, self.agent) for _ in range(3)]
+        services.review_item_decide(item=items[0], user=self.bob, decision="reject", reason="No.")
+        result = services.review_items_bulk(project=self.project, user=self.alice, action="reject",
+                                            items=ReviewItem.objects.filter(pk__in=[i.pk for i in items]),
+                                            reason="Burst of duplicates.")
+        # items[0] is closed: the CAS finds nothing to change (conflict)
+        assert (result.done, result.conflicts) == (2, 1)
+
+    def test_it_ignores_items_of_another_project(self):
+        foreign = make_item(self.other_project, self.other_agent)
+        result = services.review_items_bulk(project=self.project, user=self.alice, action="reject",
+                                            items=ReviewItem.objects.filter(pk=foreign.pk), reason="x")
+        assert result.total == 0
+        foreign.refresh_from_db()
+        assert foreign.status == "open"
+
+
+class ReviewBulkOpenSettleTests(BaseTestCase):
+    def test_it_opens_many_items_in_a_fixed_number_of_queries(self):
+        calls = [make_call(self.project, self.agent) for _ in range(6)]
+        services.review_item_open(call=calls[0], kind="escalation")
+        with self.assertNumQueries(5):  # existing, savepoint, items, audit rows, release
+            items = services.review_items_open_bulk(calls=[(c, "escalation") for c in calls])
+        assert len(items) == 6 and all(i.pk for i in items)
+        assert ReviewAudit.objects.filter(action="opened").count() == 6
+
+    def test_it_settles_many_items_and_expires_approvals(self):
+        escalated = make_item(self.project, self.agent)
+        approval = make_item(self.project, self.agent, kind="approval")
+        ToolCall.objects.filter(pk=approval.call_id).update(reason="approval_expired", state="failed")
+        approval.call.refresh_from_db()
+        closed = services.review_items_settle_bulk(
+            calls=[escalated.call, approval.call],
+            note_by_call={escalated.call_id: "late receipt", approval.call_id: "approval timed out"})
+        assert closed == 2
+        escalated.refresh_from_db()
+        approval.refresh_from_db()
+        assert (escalated.status, escalated.resolution_reason) == ("settled", "late receipt")
+        assert approval.status == "expired"
+        assert list(ReviewAudit.objects.filter(action__in=["settled", "expired"]).order_by("item_id")
+                    .values_list("action", flat=True)) == ["settled", "expired"]
+
+
+class ReviewHousekeepingTaskTests(BaseTestCase):
+    def test_it_lapses_claims_and_expires_approvals(self):
+        from reviews.tasks import review_housekeeping
+
+        claimed = make_item(self.project, self.agent)
+        services.review_item_claim(item=claimed, user=self.alice)
+        ReviewItem.objects.filter(pk=claimed.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        approval = make_item(self.project, self.agent, kind="approval")
+        ReviewItem.objects.filter(pk=approval.pk).update(approval_expires_at=timezone.now() - timedelta(seconds=1))
+        assert review_housekeeping.delay().get() == {"lapsed": 1, "expired": 1}
+        assert review_housekeeping.delay().get() == {"lapsed": 0, "expired": 0}  # idempotent

@@ -1,0 +1,294 @@
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+
+from unittest import mock
+
+import httpx
+from django.urls import reverse
+
+from callgate.models import ToolCall
+from reviews import services
+from reviews.models import ReviewItem
+from tests.factories import BaseTestCase
+from tests.reviews.fixtures import add_reconciled, make_contract, make_item
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+class ReviewPageTestCase(BaseTestCase):
+    def login(self, user):
+        self.client.force_login(user)
+
+    def queue_url(self, query: str = "") -> str:
+        return reverse("reviews:queue", args=["acme"]) + (f"?{query}" if query else "")
+
+    def item_url(self, item, name: str = "reviews:item") -> str:
+        return reverse(name, args=["acme", item.pk])
+
+
+class ReviewQueuePageTests(ReviewPageTestCase):
+    def test_it_lists_open_items_most_urgent_first(self):
+        old_low = make_item(self.project, self.agent, reason="authentication_failed", tool="sync_crm",
+                            age=timedelta(hours=3))
+        urgent = make_item(self.project, self.agent, kind="approval")
+        self.login(self.alice)
+        response = self.client.get(self.queue_url())
+        assert response.status_code == 200
+        body = response.content.decode()
+        assert body.index(f'id="item-{urgent.pk}"') < body.index(f'id="item-{old_low.pk}"')
+        assert 'hx-trigger="every 5s"' in body
+        assert 'data-countdown="' in body
+        assert "j</kbd>/<kbd>k</kbd> move" in body
+
+    def test_it_filters_and_counts(self):
+        make_item(self.project, self.agent, reason="outcome_unknown", tool="create_follow_up")
+        make_item(self.project, self.agent, reason="outcome_unknown", tool="create_follow_up")
+        make_item(self.project, self.agent, reason="retry_exhausted", tool="get_weather")
+        self.login(self.alice)
+        response = self.client.get(self.queue_url("tool=get_weather"))
+        assert response.context["page"].paginator.count == 1
+        facets = dict(response.context["facets"]["tool"])
+        assert facets == {"create_follow_up": 2, "get_weather": 1}  # the tool facet ignores the tool filter
+        assert dict(response.context["facets"]["reason"]) == {"retry_exhausted": 1}
+
+    def test_it_links_similar_items(self):
+        for _ in range(3):
+            make_item(self.project, self.agent, reason="outcome_unknown", tool="create_follow_up")
+        self.login(self.alice)
+        body = self.client.get(self.queue_url()).content.decode()
+        assert "2 similar" in body
+
+    def test_it_filters_by_assignee_treating_lapsed_claims_as_unassigned(self):
+        mine = make_item(self.project, self.agent)
+        lapsed = make_item(self.project, self.agent)
+        free = make_item(self.project, self.agent)
+        services.review_item_claim(item=mine, user=self.alice)
+        services.review_item_claim(item=lapsed, user=self.bob)
+        ReviewItem.objects.filter(pk=lapsed.pk).update(lease_expires_at=lapsed.claimed_at - timedelta(seconds=1))
+        self.login(self.alice)
+        me = self.client.get(self.queue_url("assignee=me")).context["page"].object_list
+        unassigned = self.client.get(self.queue_url("assignee=unassigned")).context["page"].object_list
+        assert [i.pk for i in me] == [mine.pk]
+        assert {i.pk for i in unassigned} == {lapsed.pk, free.pk}
+
+    def test_it_paginates(self):
+        for _ in range(55):
+            make_item(self.project, self.agent)
+        self.login(self.alice)
+        response = self.client.get(self.queue_url("page=2"))
+        assert len(response.context["page"].object_list) == 5
+
+    def test_it_serves_the_table_fragment_marking_new_rows_and_keeping_selection(self):
+        old = make_item(self.project, self.agent, age=timedelta(minutes=5))
+        self.login(self.alice)
+        seen = (old.created_at + timedelta(minutes=1)).isoformat()
+        new = make_item(self.project, self.agent)
+        response = self.client.get(self.queue_url(), {"seen": seen, "ids": [str(old.pk)]}, HTTP_HX_TARGET="queue-table",
+                                   **HTMX)
+        body = response.content.decode()
+        assert "<html" not in body and 'id="queue-table"' in body
+        assert f'id="item-{new.pk}" data-row data-href="{self.item_url(new)}" class="new' in body
+        assert f'value="{old.pk}" form="bulk" data-keep aria-label="Select item {old.pk}" checked' in body
+
+    def test_it_says_when_the_queue_is_empty(self):
+        self.login(self.alice)
+        body = self.client.get(self.queue_url()).content.decode()
+        assert "The queue is empty" in body
+        assert reverse("callgate:calls", args=["acme"]) in body
+
+    def test_it_hides_actions_from_viewers(self):
+        make_item(self.project, self.agent)
+        self.login(self.victor)
+        body = self.client.get(self.queue_url()).content.decode()
+        assert 'data-key="c"' not in body and 'id="bulk"' not in body
+
+    def test_it_404s_for_operators_of_another_project(self):
+        item = make_item(self.project, self.agent)
+        self.login(self.olga)
+        assert self.client.get(self.queue_url()).status_code == 404
+        assert self.client.get(self.item_url(item)).status_code == 404
+        assert self.client.post(self.item_url(item, "reviews:claim")).status_code == 404
+
+    def test_it_keeps_other_projects_items_out(self):
+        make_item(self.other_project, self.other_agent)
+        self.login(self.alice)
+        assert self.client.get(self.queue_url()).context["page"].paginator.count == 0
+
+    def test_it_pins_the_query_count_of_the_polled_fragment(self):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        self.login(self.alice)
+        totals = []
+        for n in (3, 12):  # the same count whatever the number of rows
+            while ReviewItem.objects.count() < n:
+                make_item(self.project, self.agent, tool=f"tool_{ReviewItem.objects.count() % 3}")
+            with CaptureQueriesContext(connection) as queries:
+                self.client.get(self.queue_url(), HTTP_HX_TARGET="queue-table", **HTMX)
+            ours = [q["sql"] for q in queries.captured_queries
+                    if 'FROM "reviews_reviewitem"' in q["sql"] and 'COUNT(*) AS "__count" FROM "reviews_reviewitem" WHERE' not in q["sql"]]
+            assert len(ours) == 2, ours  # the page's count and its rows (the navigation's count is the core's)
+            totals.append(len(queries.captured_queries))
+        assert totals[0] == totals[1]
+
+
+class ReviewBulkViewTests(ReviewPageTestCase):
+    def test_it_rejects_checked_rows(self):
+        a, b, c = (make_item(self.project, self.agent) for _ in range(3))
+        self.login(self.alice)
+        response = self.client.post(reverse("reviews:bulk", args=["acme"]),
+                                    {"action": "reject", "ids": [a.pk, b.pk], "preset": services.REJECT_PRESETS[0]},
+                                    **HTMX)
+        assert response.status_code == 200
+        assert "2 done" in response.content.decode()
+        assert set(ReviewItem.objects.filter(status="resolved").values_list("pk", flat=True)) == {a.pk, b.pk}
+        assert ToolCall.objects.get(pk=a.call_id).decision_reason == services.REJECT_PRESETS[0]
+
+    def test_it_acts_on_all_items_matching_the_filter_at_execution(self):
+        weather = [make_item(self.project, self.agent, tool="get_weather", reason="retry_exhausted") for _ in range(3)]
+        other = make_item(self.project, self.agent, tool="create_follow_up")
+        self.login(self.alice)
+        late = make_item(self.project, self.agent, tool="get_weather", reason="retry_exhausted")  # after page load
+        response = self.client.post(reverse("reviews:bulk", args=["acme"]),
+                                    {"action": "assign", "all_matching": "1", "tool": "get_weather",
+                                     "assignee": "bob"})
+        assert response.status_code == 302
+        assigned = set(ReviewItem.objects.filter(assignee=self.bob).values_list("pk", flat=True))
+        assert assigned == {i.pk for i in weather} | {late.pk}
+        assert ReviewItem.objects.get(pk=other.pk).assignee is None
+
+    def test_it_forbids_viewers(self):
+        item = make_item(self.project, self.agent)
+        self.login(self.victor)
+        response = self.client.post(reverse("reviews:bulk", args=["acme"]), {"action": "reject", "ids": [item.pk],
+                                                                              "reason": "x"})
+        assert response.status_code == 403
+
+
+class ReviewItemPageTests(ReviewPageTestCase):
+    def test_it_shows_the_call(self):
+        item = make_item(self.project, self.agent)
+        self.login(self.alice)
+        body = self.client.get(self.item_url(item)).content.decode()
+        assert item.call.operation_id in body
+        assert "create_follow_up v1" in body and "lint 82" in body
+        assert "&quot;•••&quot;" in body and "redacted" in body and "card_number" in body
+        assert 'data-local' in body  # timeline in local time, UTC on hover
+        assert "Approve retry needs a reconciliation that found nothing" in body
+        assert 'data-key="c"' in body and 'data-key="x"' in body
+
+    def test_it_shows_viewers_no_action_buttons_and_forbids_posts(self):
+        item = make_item(self.project, self.agent)
+        self.login(self.victor)
+        body = self.client.get(self.item_url(item)).content.decode()
+        assert 'role="toolbar"' not in body and "Claim</button>" not in body
+        for name in ("reviews:claim", "reviews:reconcile", "reviews:decide", "reviews:comment"):
+            assert self.client.post(self.item_url(item, name), {"decision": "reject", "reason": "x"}).status_code == 403
+
+    def test_it_disables_reconcile_without_an_http_method_and_says_why(self):
+        contract = make_contract(self.project, "send_invoice", reconcile="none")
+        item = make_item(self.project, self.agent, contract=contract, tool="send_invoice", reason="not_reconcilable")
+        self.login(self.alice)
+        body = self.client.get(self.item_url(item)).content.decode()
+        assert 'data-key="r" disabled' in body
+        assert "has no HTTP reconcile method" in body
+        response = self.client.post(self.item_url(item, "reviews:reconcile"), **HTMX)
+        assert response.status_code == 422
+
+    def test_it_claims_and_decides_with_htmx(self):
+        item = make_item(self.project, self.agent, reason="retry_exhausted")
+        self.login(self.alice)
+        response = self.client.post(self.item_url(item, "reviews:claim"), **HTMX)
+        assert response.status_code == 200 and "Claimed" in response.content.decode()
+        add_reconciled(item.call, found=False)
+        response = self.client.post(self.item_url(item, "reviews:decide"), {"decision": "approve_retry"}, **HTMX)
+        assert response.status_code == 200
+        assert "Retry approved" in response.content.decode()
+        assert ToolCall.objects.get(pk=item.call_id).decision == "approve_retry"
+
+    def test_it_answers_409_with_the_current_state_when_someone_else_decided(self):
+        item = make_item(self.project, self.agent)
+        self.login(self.alice)
+        services.review_item_decide(item=item, user=self.bob, decision="mark_failed", reason="Target is down for good.")
+        response = self.client.post(self.item_url(item, "reviews:decide"), {"decision": "reject", "reason": "No."},
+                                    **HTMX)
+        assert response.status_code == 409
+        body = response.content.decode()
+        assert "bob already decided this item (mark_failed)" in body
+        assert 'id="item"' in body and "Resolved" in body
+
+    def test_it_opens_the_inline_reason_form(self):
+        item = make_item(self.project, self.agent)
+        self.login(self.alice)
+        body = self.client.get(self.item_url(item) + "?confirm=reject", HTTP_HX_TARGET="item", **HTMX).content.decode()
+        assert 'class="confirm' in body and 'name="reason" autofocus' in body
+        assert "confirm(" not in body
+
+    def test_it_records_an_override_in_red(self):
+        item = make_item(self.project, self.agent)
+        self.login(self.alice)
+        response = self.client.post(self.item_url(item, "reviews:decide"),
+                                    {"decision": "approve_retry", "override": "on", "reason": "Checked: absent."}, **HTMX)
+        assert response.status_code == 200
+        assert 'class="audit-override"' in response.content.decode()
+
+    def test_it_reconciles_now_and_shows_progress_then_the_result(self):
+        item = make_item(self.project, self.agent)
+        self.login(self.alice)
+        with self.captureOnCommitCallbacks(execute=False) as enqueued:
+            response = self.client.post(self.item_url(item, "reviews:reconcile"), **HTMX)
+        assert response.status_code == 200
+        assert 'hx-trigger="every 1s"' in response.content.decode()
+        status_url = self.item_url(item, "reviews:reconcile-status") + "?polling=1"
+        pending = self.client.get(status_url, **HTMX)
+        assert "Looking the operation up" in pending.content.decode() and "HX-Trigger" not in pending
+        # the worker runs callgate.tasks.reconcile_call; the target answers 404
+        target = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(404)))
+        with mock.patch("callgate.reconcile.make_client", return_value=target):
+            for callback in enqueued:
+                callback()
+        done = self.client.get(status_url, **HTMX)
+        assert "no trace of this operation" in done.content.decode()
+        assert done["HX-Trigger"] == "reconciled"
+        assert services.approve_retry_guard(ToolCall.objects.get(pk=item.call_id)) == ""
+
+    def test_it_says_when_a_reconciliation_could_not_tell(self):
+        item = make_item(self.project, self.agent)
+        self.login(self.alice)
+        target = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(401)))
+        with mock.patch("callgate.reconcile.make_client", return_value=target), \
+                self.captureOnCommitCallbacks(execute=True):
+            self.client.post(self.item_url(item, "reviews:reconcile"), **HTMX)
+        body = self.client.get(self.item_url(item, "reviews:reconcile-status"), **HTMX).content.decode()
+        assert "could not tell" in body
+        assert services.approve_retry_guard(ToolCall.objects.get(pk=item.call_id))
+
+    def test_it_comments(self):
+        item = make_item(self.project, self.agent)
+        self.login(self.bob)
+        response = self.client.post(self.item_url(item, "reviews:comment"), {"text": "Calling the customer."}, **HTMX)
+        assert "Calling the customer." in response.content.decode()
+
+    def test_it_exports_the_audit_trail_as_csv(self):
+        item = make_item(self.project, self.agent)
+        services.review_item_claim(item=item, user=self.alice)
+        services.review_item_decide(item=item, user=self.alice, decision="reject", reason="=HYPERLINK(1)")
+        self.login(self.maria)
+        response = self.client.get(self.item_url(item, "reviews:audit-csv"))
+        rows = list(csv.reader(io.StringIO(response.content.decode())))
+        assert rows[0][:5] == ["when_utc", "who", "what", "state_before", "state_after"]
+        assert [r[2] for r in rows[1:]] == ["opened", "claim", "reject"]
+        assert rows[-1][1] == "alice" and rows[-1][3:5] == ["claimed", "resolved"]
+        assert rows[-1][7] == "'=HYPERLINK(1)"
+
+    def test_it_acts_from_a_queue_row(self):
+        item = make_item(self.project, self.agent, kind="approval")
+        self.login(self.alice)
+        response = self.client.post(self.item_url(item, "reviews:decide"), {"decision": "approve", "from": "queue"},
+                                    **HTMX)
+        body = response.content.decode()
+        assert response.status_code == 200 and body.lstrip().startswith("<tr")
+        assert "Approved" in body
