@@ -7,6 +7,7 @@ Every error answers ``{"error": "…", "errors": [{"loc": "field.path", "msg": "
 from __future__ import annotations
 
 import json
+import re
 
 from django.http import Http404
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
@@ -28,6 +29,11 @@ from callgate.schemas import (
 
 MAX_BATCH_EVENTS = 1000
 MAX_BATCH_BYTES = 5 * 1024 * 1024
+#: Tool names as providers allow them (OpenAI: [a-zA-Z0-9_-]{1,64}; MCP adds dots and more).
+TOOL_NAME = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")
+#: Deeper JSON is refused at the door: every later step (redaction, canonical JSON,
+#: schema validation) walks it recursively.
+MAX_JSON_DEPTH = 64
 HTTP_207_MULTI_STATUS = 207
 
 
@@ -61,10 +67,34 @@ def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES):
     raw = request.body
     if len(raw) > limit:
         raise PayloadTooLarge(limit)
+    if b"\\u0000" in raw:
+        # PostgreSQL's jsonb cannot hold U+0000; keep the event, with U+FFFD in its place.
+        raw = _NUL_ESCAPE.sub(rb"\1\\ufffd", raw)
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise exceptions.ParseError(f"The body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise exceptions.ParseError(f"The body is nested deeper than {MAX_JSON_DEPTH} levels.") from None
+    if _depth(body) > MAX_JSON_DEPTH:
+        raise exceptions.ParseError(f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
+    return body
+
+
+_NUL_ESCAPE = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def _depth(value) -> int:
+    """Nesting depth of a parsed JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(node, dict):
+            stack.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, level + 1) for child in node)
+    return deepest
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -197,6 +227,9 @@ class ToolRegisterApi(APIView):
     )
     def put(self, request: Request, name: str) -> Response:
         principal = _agent(request)
+        if not TOOL_NAME.fullmatch(name):
+            return _error("Invalid tool name: 1 to 128 characters, no spaces or control characters.",
+                          [{"loc": "name", "msg": "1 to 128 printable characters without spaces"}])
         body = _json_body(request, limit=1024 * 1024)
         try:
             payload = ContractIn.model_validate(body)

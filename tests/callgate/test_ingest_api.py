@@ -110,6 +110,23 @@ class IngestTests(BaseTestCase):
         assert response.status_code == 400
         assert "not valid JSON" in response.json()["error"]
 
+    def test_it_answers_400_for_json_nested_too_deep(self):
+        deep = "[" * 5000 + "]" * 5000
+        response = self.client_api.generic("POST", "/api/v1/events", deep, content_type="application/json")
+        assert response.status_code == 400
+        arguments: dict = {"city": "Oslo"}
+        for _ in range(100):
+            arguments = {"x": arguments}
+        response = self.post(proposal("get_weather", arguments, request_id="r1"))
+        assert response.status_code == 400
+        assert "nested deeper" in response.json()["error"]
+
+    def test_it_keeps_an_event_whose_strings_hold_nul_characters(self):
+        body = json.dumps(proposal("get_weather", {"city": "Os\u0000lo"}, request_id="r1"))
+        response = self.client_api.generic("POST", "/api/v1/events", body, content_type="application/json")
+        assert response.status_code == 200, response.json()
+        assert ToolCall.objects.get(project=self.project).arguments == {"city": "Os\ufffdlo"}
+
     def test_it_answers_413_for_a_body_over_5_mb(self):
         big = json.dumps([proposal("get_weather", {"city": "x" * 6_000_000})])
         response = self.client_api.generic("POST", "/api/v1/events", big, content_type="application/json")
@@ -252,6 +269,12 @@ class ToolRegistrationTests(BaseTestCase):
         body = self.api().put("/api/v1/tools/do_stuff", vague, format="json").json()
         assert body["lint"]["score"] < 80
         assert any("n" in f["path"] for f in body["lint"]["findings"])
+
+    def test_it_rejects_a_tool_name_that_is_too_long_or_has_spaces(self):
+        for name in ("x" * 129, "get%20weather"):
+            response = self.api().put(f"/api/v1/tools/{name}", WEATHER, format="json")
+            assert response.status_code == 400
+            assert response.json()["errors"][0]["loc"] == "name"
 
     def test_it_rejects_a_reconcile_url_without_the_placeholder(self):
         bad = {**WEATHER, "reconcile_url": "https://target.example/ops/"}
