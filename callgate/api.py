@@ -71,7 +71,7 @@ def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES):
         # PostgreSQL's jsonb cannot hold U+0000; keep the event, with U+FFFD in its place.
         raw = _NUL_ESCAPE.sub(rb"\1\\ufffd", raw)
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constants)
     except (UnicodeDecodeError, ValueError) as exc:
         raise exceptions.ParseError(f"The body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -82,6 +82,10 @@ def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES):
 
 
 _NUL_ESCAPE = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
 
 
 def _depth(value) -> int:

@@ -106,9 +106,10 @@ class IngestTests(BaseTestCase):
         assert CallEvent.objects.filter(event_id=ok["event_id"]).exists()
 
     def test_it_answers_400_for_a_body_that_is_not_json(self):
-        response = self.client_api.generic("POST", "/api/v1/events", b"{not json", content_type="application/json")
-        assert response.status_code == 400
-        assert "not valid JSON" in response.json()["error"]
+        for body in (b"{not json", b'{"type": NaN}', b"\xff\xfe", b""):
+            response = self.client_api.generic("POST", "/api/v1/events", body, content_type="application/json")
+            assert response.status_code == 400, body
+            assert "not valid JSON" in response.json()["error"]
 
     def test_it_answers_400_for_json_nested_too_deep(self):
         deep = "[" * 5000 + "]" * 5000
