@@ -21,7 +21,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from callgate import services
 from callgate.auth import AgentPrincipal
 from callgate.ingest import call_answer, events_apply
-from callgate.models import ToolCall
+from callgate.models import CallEvent, ToolCall
 from callgate.schemas import (
     EVENT_ADAPTER, CallAnswer, CallDetail, ContractIn, ContractOut, ErrorBody, EventsResponse, GateRequest,
     ProposedEvent, error_list,
@@ -149,7 +149,8 @@ class EventsIngestApi(APIView):
                 results.append({"index": index, "event_id": str(event_id) if event_id else None, "status": "rejected",
                                 "errors": error_list(exc, prefix=loc), "answer": None})
         if valid:
-            outcomes = events_apply(project=principal.project, agent=principal.agent, events=[e for _, e in valid])
+            outcomes = events_apply(project=principal.project, agent=principal.agent, events=[e for _, e in valid],
+                                    may_decide=principal.api_key.can_decide)
             for (index, event), outcome in zip(valid, outcomes):
                 errors = [{"loc": f"{prefix}[{index}].{e['loc']}" if prefix else e["loc"], "msg": e["msg"]}
                           for e in outcome.errors]
@@ -189,9 +190,13 @@ class GateCheckApi(APIView):
             **services.gate_envelope(gate),
         )
         outcome = events_apply(project=principal.project, agent=principal.agent, events=[event])[0]
-        if outcome.status == "duplicate":
-            return _error("This event_id was already used for another proposal; send a new one.",
-                          [{"loc": "event_id", "msg": "already used"}], code=status.HTTP_409_CONFLICT)
+        if outcome.status == "duplicate":  # a re-sent check (the answer was lost): where the call stands now
+            earlier = (CallEvent.objects.select_related("call__contract")
+                       .filter(project=principal.project, event_id=event.event_id, kind=CallEvent.Kind.PROPOSED).first())
+            if earlier is None:
+                return _error("This event_id was already used for another kind of event; send a new one.",
+                              [{"loc": "event_id", "msg": "already used"}], code=status.HTTP_409_CONFLICT)
+            return Response(call_answer(earlier.call))
         if outcome.status != "accepted":
             return _error(outcome.errors[0]["msg"], outcome.errors, code=status.HTTP_409_CONFLICT)
         return Response(outcome.answer)

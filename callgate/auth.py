@@ -36,15 +36,17 @@ class IssuedKey:
     plain: str  # shown once, never stored
 
 
-def api_key_issue(*, agent: Agent, name: str = "") -> IssuedKey:
-    """Create a key for ``agent``. Returns the row and the plain key (shown exactly once)."""
+def api_key_issue(*, agent: Agent, name: str = "", can_decide: bool = False) -> IssuedKey:
+    """Create a key for ``agent``. Returns the row and the plain key (shown exactly once).
+    ``can_decide`` lets the key report operator decisions (see ``ApiKey.can_decide``)."""
     while True:
         prefix = secrets.token_hex(4)
         if not ApiKey.objects.filter(prefix=prefix).exists():
             break
     plain = f"cg_{prefix}_{secrets.token_urlsafe(32)}"
     row = ApiKey.objects.create(
-        project=agent.project, agent=agent, name=name, prefix=prefix, digest=_digest(plain), last4=plain[-4:]
+        project=agent.project, agent=agent, name=name, prefix=prefix, digest=_digest(plain), last4=plain[-4:],
+        can_decide=can_decide,
     )
     return IssuedKey(api_key=row, plain=plain)
 

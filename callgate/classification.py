@@ -17,6 +17,9 @@ from typing import Any, Iterable, Mapping
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
+from referencing import Registry
+from referencing.exceptions import NoSuchResource, Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from callgate.providers import Proposal, json_type, mcp_result_is_error, mcp_result_text
 from callgate.taxonomy import PROPOSAL_PRECEDENCE, REASK_REASONS, Category, Reason, Route, category_of, route_of
@@ -111,10 +114,38 @@ ALLOWED = Verdict(reason=None, route=Route.PROCEED)
 # --- validation ---------------------------------------------------------------------------
 
 
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _refuse_retrieval(uri: str):
+    """Contracts are written by agents: a ``$ref`` never makes callgate fetch a URL."""
+    raise NoSuchResource(ref=uri)
+
+
+NO_REMOTE_REFS = Registry(retrieve=_refuse_retrieval)
+
+
+def _refs(schema: Any) -> list[tuple[str, str]]:
+    """``(where, $ref)`` of every reference in ``schema``, without recursion."""
+    found, stack = [], [(schema, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                found.append((where or "(root)", node["$ref"]))
+            stack.extend((value, f"{where}/{key}") for key, value in node.items())
+        elif isinstance(node, list):
+            stack.extend((value, f"{where}/{index}") for index, value in enumerate(node))
+    return found
+
+
 def schema_problems(schema: dict) -> str | None:
-    """None when ``schema`` is a valid draft 2020-12 JSON Schema of an object, else why not."""
+    """None when ``schema`` is a valid draft 2020-12 JSON Schema of an object whose every
+    ``$ref`` is local and resolves, else why not."""
     if not isinstance(schema, dict):
         return "parameters must be a JSON Schema object"
+    if schema.get("$schema", DIALECT).rstrip("#") != DIALECT:
+        return f"$schema must be {DIALECT} (draft 2020-12) or left out"
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
@@ -122,6 +153,15 @@ def schema_problems(schema: dict) -> str | None:
         return f"invalid JSON Schema at {where}: {exc.message}"
     if schema.get("type", "object") != "object":
         return "parameters must describe an object (type: object)"
+    resolver = NO_REMOTE_REFS.with_resource("urn:callgate:contract", DRAFT202012.create_resource(schema)).resolver(
+        base_uri="urn:callgate:contract")
+    for where, ref in _refs(schema):
+        if not ref.startswith("#"):
+            return f"$ref at {where} must be local (#/…): callgate never fetches schemas, got {ref!r}"
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            return f"$ref at {where} points to nothing: {ref!r}"
     return None
 
 
@@ -157,7 +197,7 @@ def _strict(schema: Any, *, in_all_of: bool = False) -> Any:
 @lru_cache(maxsize=512)
 def _validator(schema_json: str) -> Draft202012Validator:
     schema = _strict(json.loads(schema_json))
-    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=NO_REMOTE_REFS)
 
 
 def json_path(parts: Iterable[Any]) -> str:
@@ -265,7 +305,7 @@ def validate_arguments(arguments: dict, parameters: dict, *, schema_key: str | N
     try:
         validator = _validator(schema_key or json.dumps(parameters, sort_keys=True))
         errors = list(validator.iter_errors(arguments))
-    except (SchemaError, TypeError, ValueError, RecursionError) as exc:
+    except (SchemaError, Unresolvable, TypeError, ValueError, RecursionError) as exc:
         return [Problem(R.CONSTRAINT_VIOLATION, "$", f"the tool's schema cannot be applied ({type(exc).__name__})")]
     problems = [p for error in errors for p in _problems_from(error)]
     unique = list(dict.fromkeys(problems))

@@ -668,11 +668,13 @@ class DemoSetup:
     operator_password: str
     manager_password: str
     keys: dict[str, str]
+    admin_password: str = ""
 
 
 def demo_setup(*, agents: int = 4) -> DemoSetup:
-    """The ``demo`` project, users ``operator`` and ``manager`` (fresh passwords), and
-    ``agents`` agents with a fresh API key each. Idempotent apart from the new keys."""
+    """The ``demo`` project, users ``operator``, ``manager`` and ``admin`` (fresh passwords;
+    ``admin`` is also a Django superuser, for the admin site), and ``agents`` agents with a
+    fresh API key each. Idempotent apart from the new keys."""
     from django.contrib.auth import get_user_model
 
     from callgate.auth import api_key_issue
@@ -681,7 +683,7 @@ def demo_setup(*, agents: int = 4) -> DemoSetup:
     project, _ = project_create(slug=PROJECT_SLUG, name="Demo")
     passwords = {}
     User = get_user_model()
-    for username, role in (("operator", "operator"), ("manager", "manager")):
+    for username, role in (("operator", "operator"), ("manager", "manager"), ("admin", "admin")):
         password = secrets.token_urlsafe(12)
         user = User.objects.filter(username=username).first()
         if user is not None:  # an earlier demo run: a fresh password (hashing is slow, do it once)
@@ -694,8 +696,9 @@ def demo_setup(*, agents: int = 4) -> DemoSetup:
         name = ROLES[index % len(ROLES)] + (f"-{index // len(ROLES) + 1}" if index >= len(ROLES) else "")
         agent = agent_get_or_create(project_slug=PROJECT_SLUG, name=name)
         keys[name] = api_key_issue(agent=agent, name="demo").plain
+    User.objects.filter(username="admin").update(is_staff=True, is_superuser=True)
     return DemoSetup(project=project, operator_password=passwords["operator"],
-                     manager_password=passwords["manager"], keys=keys)
+                     manager_password=passwords["manager"], keys=keys, admin_password=passwords["admin"])
 
 
 def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:

@@ -102,8 +102,9 @@ def retry_after(contract: ToolContract | None, attempts: int) -> float:
     Backoff and Jitter"): uniform(0, min(maximum, initial * coefficient ** (attempts - 1)))."""
     if contract is None:
         return 1.0
+    exponent = min(max(attempts - 1, 0), 64)  # past that the maximum interval caps it anyway
     cap = min(contract.retry_maximum_interval,
-              contract.retry_initial_interval * contract.retry_backoff_coefficient ** max(attempts - 1, 0))
+              contract.retry_initial_interval * contract.retry_backoff_coefficient ** exponent)
     return round(random.uniform(0, cap), 3)
 
 
@@ -174,9 +175,15 @@ class _Prepared:
     digest: str
 
 
+#: Event types that record a human decision: an agent's key may report them only with
+#: ``ApiKey.can_decide`` (an agent runtime with its own approval UI).
+DECISION_TYPES = frozenset({"decision", "approval_expired"})
+
+
 class _Batch:
-    def __init__(self, *, project: Project, agent: Agent, source: str, user=None):
+    def __init__(self, *, project: Project, agent: Agent, source: str, user=None, may_decide: bool = False):
         self.project, self.agent, self.source, self.user = project, agent, source, user
+        self.may_decide = may_decide or source != CallEvent.Source.AGENT
         self.now = timezone.now()
         self.calls: dict[str, ToolCall] = {}
         self.by_call_id: dict[tuple[str, str], ToolCall] = {}
@@ -230,12 +237,12 @@ class _Batch:
             for call in rows:
                 if call.operation_id in op_ids or (call.request_id, call.call_id) in pairs:
                     self._remember(call)
-        if budget_keys:
-            q = Q()
-            for request_id, tool in budget_keys:
-                q |= Q(request_id=request_id, tool_name=tool)
-            for row in RequestBudget.objects.filter(q, project=self.project):
-                self.budget_rows[(row.request_id, row.tool_name)] = row
+        if budget_keys:  # two IN lists, pairs re-checked here (an OR per pair is too deep for SQLite)
+            rows = RequestBudget.objects.filter(project=self.project, request_id__in={r for r, _ in budget_keys},
+                                                tool_name__in={t for _, t in budget_keys})
+            for row in rows:
+                if (row.request_id, row.tool_name) in budget_keys:
+                    self.budget_rows[(row.request_id, row.tool_name)] = row
         return seen
 
     def _remember(self, call: ToolCall) -> None:
@@ -263,6 +270,9 @@ class _Batch:
     def apply(self, index: int, event: Any) -> ToolCall:
         if isinstance(event, ProposedEvent):
             return self._proposed(event, self.prepared[index])
+        if event.type in DECISION_TYPES and not self.may_decide:
+            raise Rejected("type", f"this API key may not report {event.type!r} events: operators decide in the "
+                                   "review queue (keys with can_decide are for runtimes with their own approval UI)")
         call = self._find(event)
         state_before = call.state
         if isinstance(event, DecisionEvent):
@@ -424,7 +434,9 @@ class _Batch:
         if new_state in (S.IN_REVIEW, S.PENDING_APPROVAL):
             self.to_review[key] = "approval" if new_state == S.PENDING_APPROVAL else "escalation"
             self.to_settle.pop(key, None)
-        elif previous_state in (S.IN_REVIEW, S.PENDING_APPROVAL, S.RECONCILING) and self.source != "operator":
+        elif previous_state in (S.IN_REVIEW, S.PENDING_APPROVAL, S.RECONCILING):
+            # An operator deciding through the queue has closed the item already (nothing
+            # left to settle); any other decision or later event closes it here.
             self.to_review.pop(key, None)
             self.to_settle[key] = f"settled by a later event: {call.reason or 'allowed'}"
         if new_state == S.RECONCILING and call.contract and call.contract.reconcile_method == ToolContract.ReconcileMethod.HTTP:
@@ -500,26 +512,28 @@ def _enqueue_reconcile(call_ids: list[int]) -> None:
 
 
 def events_apply(*, project: Project, agent: Agent, events: list[Any], source: str = CallEvent.Source.AGENT,
-                 user=None) -> list[Outcome]:
+                 user=None, may_decide: bool = False) -> list[Outcome]:
     """Apply validated events (``callgate.schemas`` models) in order; one ``Outcome`` each.
 
     Events whose ``event_id`` was stored before (or repeats within the batch) are
     ``duplicate`` and change nothing. An event the rules refuse (unknown call, a transition
     the call's state does not allow) is ``rejected`` with ``errors`` naming the field; the
     others are stored. Runs in one transaction; retried once if a concurrent request
-    created the same operation first."""
+    created the same operation first. ``decision`` and ``approval_expired`` events from an
+    agent are rejected unless ``may_decide`` (the key's ``can_decide``)."""
     for attempt in range(2):
         try:
             with transaction.atomic():
-                return _apply_once(project=project, agent=agent, events=events, source=source, user=user)
+                return _apply_once(project=project, agent=agent, events=events, source=source, user=user,
+                                   may_decide=may_decide)
         except IntegrityError:
             if attempt == 1:
                 raise
     raise AssertionError("unreachable")
 
 
-def _apply_once(*, project, agent, events, source, user) -> list[Outcome]:
-    batch = _Batch(project=project, agent=agent, source=source, user=user)
+def _apply_once(*, project, agent, events, source, user, may_decide) -> list[Outcome]:
+    batch = _Batch(project=project, agent=agent, source=source, user=user, may_decide=may_decide)
     seen = batch.load(events)
     outcomes: list[Outcome] = []
     for index, event in enumerate(events):

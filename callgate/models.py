@@ -83,6 +83,11 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=16, unique=True)  # public look-up part of the key
     digest = models.CharField(max_length=64)  # hex SHA-256 of the whole key
     last4 = models.CharField(max_length=4)
+    can_decide = models.BooleanField(
+        default=False,
+        help_text="May report decision and approval_expired events: for an agent runtime with its own approval "
+                  "UI. Without it, only operators decide (in the review queue).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

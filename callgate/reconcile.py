@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 from django.conf import settings
@@ -89,9 +89,19 @@ def reconcile_url(*, contract, operation_id: str) -> str:
     return contract.reconcile_url.replace("{operation_id}", quote(operation_id, safe=""))
 
 
-def _auth_headers() -> dict[str, str]:
+def origin(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``, lower-case."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def _auth_headers(url: str) -> dict[str, str]:
+    """The configured credential, only for an origin in ``CALLGATE_RECONCILE_AUTH_ORIGINS``:
+    look-up URLs come from contracts that agents write, so a credential sent to any URL
+    would be handed to whoever controls the contract."""
     raw = (getattr(settings, "CALLGATE_RECONCILE_AUTH_HEADER", "") or "").strip()
-    if not raw:
+    allowed = {o.rstrip("/").lower() for o in getattr(settings, "CALLGATE_RECONCILE_AUTH_ORIGINS", [])}
+    if not raw or origin(url) not in allowed:
         return {}
     name, sep, value = raw.partition(":")
     if not sep or not name.strip():
@@ -137,7 +147,7 @@ def reconcile_lookup(
         )
     url = reconcile_url(contract=contract, operation_id=operation_id)
     timeout = float(settings.CALLGATE_RECONCILE_TIMEOUT)
-    headers = {"Accept": "application/json", **_auth_headers()}
+    headers = {"Accept": "application/json", **_auth_headers(url)}
     owns_client = client is None
     if client is None:
         client = make_client()

@@ -71,7 +71,7 @@ def replay_case(case: dict) -> dict:
                 if envelope["type"] != "proposed" and operation_id and not envelope.get("operation_id"):
                     envelope["operation_id"] = operation_id
                 event = EVENT_ADAPTER.validate_python(envelope)
-                outcome = events_apply(project=project, agent=agent, events=[event])[0]
+                outcome = events_apply(project=project, agent=agent, events=[event], may_decide=True)[0]
                 if outcome.status != "accepted":
                     answer = {"reason": None, "category": None, "route": None,
                               "observation": "; ".join(e["msg"] for e in outcome.errors)}

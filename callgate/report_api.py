@@ -123,7 +123,8 @@ RESPONSES = {
         "available": serializers.BooleanField(), "open_total": serializers.IntegerField(),
         "open_by_age": serializers.ListField(child=inline_serializer("ReviewAgeBucket", {
             "bucket": serializers.CharField(), "label": serializers.CharField(), "items": serializers.IntegerField()})),
-        "decided": serializers.IntegerField(),
+        "decided": serializers.IntegerField(help_text="Items closed in the range (decided, settled or expired)."),
+        "human_decided": serializers.IntegerField(help_text="Of those, items a human decided (the time to decision is over these)."),
         "median_seconds": serializers.FloatField(allow_null=True), "p90_seconds": serializers.FloatField(allow_null=True),
         "decisions": serializers.ListField(child=inline_serializer("ReviewDecisionCount", {
             "resolution": serializers.CharField(), "items": serializers.IntegerField()})),

@@ -23,6 +23,7 @@ from callgate import reports
 from callgate.access import Role, project_view
 from callgate.models import Agent, CallRollup, ToolContract
 from callgate.reports import CATEGORY_LABEL, ReportFilterError, ReportFilters, iso
+from callgate.rollups import rollups_as_of
 
 #: (key, label, url name) of the reports' sub-navigation
 SECTIONS = [
@@ -60,6 +61,16 @@ def signed(change: int, ratio: float | None, *, bad: bool = True) -> dict:
     return {"text": label, "value": change, "num": True, "trend": trend, "nowrap": True}
 
 
+def plural(n: int | None, singular: str, plural_form: str | None = None) -> str:
+    """``singular`` for exactly one, else ``plural_form`` (default: ``singular`` + "s")."""
+    return singular if n == 1 else (plural_form or singular + "s")
+
+
+def counted(n: int, singular: str, plural_form: str | None = None) -> str:
+    """``"1 call"``, ``"1,204 calls"``."""
+    return f"{n:,} {plural(n, singular, plural_form)}"
+
+
 def when(moment_iso: str) -> str:
     return datetime.fromisoformat(moment_iso.replace("Z", "+00:00")).strftime("%a %d %b %H:%M")
 
@@ -67,7 +78,9 @@ def when(moment_iso: str) -> str:
 def duration(seconds: float | None) -> dict:
     if seconds is None:
         return {"text": "—", "value": "", "num": True}
-    if seconds < 120:
+    if seconds < 1:
+        label = "< 1 s"
+    elif seconds < 120:
         label = f"{seconds:.0f} s"
     elif seconds < 2 * 3600:
         label = f"{seconds / 60:.0f} min"
@@ -85,7 +98,7 @@ def table(name: str, title: str, columns: list[tuple[str, bool]], rows: list[lis
 def chart(chart_id: str, kind: str, label: str, labels: list[str], datasets: list[dict], **options) -> dict:
     """Chart data for reports.js: kind is "stacked" (bars stacked by dataset), "hstacked"
     (horizontal stacked), "bar" or "hbar". A dataset's ``color`` is a category slug (its
-    CSS variable ``--cat-<slug>``) or "neutral"."""
+    CSS variable ``--chart-<slug>``) or "neutral"."""
     return {"id": chart_id, "kind": kind, "label": label, "labels": labels, "datasets": datasets, **options}
 
 
@@ -153,11 +166,12 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
     totals = {s["category"]: s["total"] for s in data["series"]}
     not_ok = sum(n for c, n in totals.items() if c not in reports.GOOD_CATEGORIES)
     tiles = [
-        {"label": "calls", "value": f"{data['total']:,}", "href": link()},
+        {"label": plural(data["total"], "call"), "value": f"{data['total']:,}", "href": link()},
         {"label": "not ok", "value": f"{not_ok:,}", "note": f"{not_ok / data['total'] * 100:.1f}%" if data["total"] else ""},
         {"label": "argument errors + hallucinations",
          "value": f"{totals.get('argument_error', 0) + totals.get('hallucination', 0):,}"},
-        {"label": "unknown outcomes", "value": f"{totals.get('unknown_outcome', 0):,}", "href": link(category="unknown_outcome")},
+        {"label": plural(totals.get("unknown_outcome", 0), "unknown outcome"), "value": f"{totals.get('unknown_outcome', 0):,}",
+         "href": link(category="unknown_outcome")},
     ]
     return [
         {"title": "Categories over time", "tiles": tiles, "chart": cat_chart, "table": cat_table, "layout": "stack",
@@ -281,8 +295,8 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
                value_title="Duplicates prevented")
     return [
         {"title": "Retries", "tiles": [
-            {"label": "calls needed a retry", "value": f"{retries['total']:,}"},
-            {"label": "succeeded later", "value": pct(retries["succeeded_share"])["text"], "note": f"{retries['succeeded']:,} calls"},
+            {"label": f"{plural(retries['total'], 'call')} needed a retry", "value": f"{retries['total']:,}"},
+            {"label": "succeeded later", "value": pct(retries["succeeded_share"])["text"], "note": counted(retries["succeeded"], "call")},
             {"label": "retries exhausted", "value": f"{retries['exhausted']:,}", "href": link(reason="retry_exhausted")},
          ], "chart": rc, "table": rt, "table2": at, "layout": "side", "empty": not retries["total"]},
         {"title": "Unknown outcomes", "tiles": [
@@ -290,7 +304,7 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
             {"label": "settled by a human", "value": f"{unknown['by_human']:,}"},
             {"label": "still open", "value": f"{unknown['open']:,}"},
          ], "chart": uc, "table": ut, "layout": "side", "empty": not unknown["total"]},
-        {"title": "Duplicate writes prevented", "tiles": [{"label": "duplicates prevented", "value": f"{dups['total']:,}"}],
+        {"title": "Duplicate writes prevented", "tiles": [{"label": f"{plural(dups['total'], 'duplicate')} prevented", "value": f"{dups['total']:,}"}],
          "chart": dc, "table": dt, "layout": "side", "empty": not dups["total"] and not dups["calls_with_reason"]},
     ]
 
@@ -315,10 +329,11 @@ def cards_review(project, f: ReportFilters, link: Links) -> list[dict]:
     dc = chart("chart-review-decisions", "hbar", "Bar chart of review decisions by type; the table beside it has the numbers.",
                [d["resolution"].replace("_", " ") for d in data["decisions"]], [{"label": "Items", "color": "neutral", "data": [d["items"] for d in data["decisions"]]}])
     tiles = [
-        {"label": "open items", "value": f"{data['open_total']:,}", "href": queue},
-        {"label": "time to decision, median", "value": duration(data["median_seconds"])["text"]},
+        {"label": f"open {plural(data['open_total'], 'item')}", "value": f"{data['open_total']:,}", "href": queue},
+        {"label": "time to decision, median", "value": duration(data["median_seconds"])["text"],
+         "note": f"over {counted(data['human_decided'], 'human decision')}"},
         {"label": "time to decision, p90", "value": duration(data["p90_seconds"])["text"]},
-        {"label": "overrides", "value": "—" if data["overrides"] is None else f"{data['overrides']:,}",
+        {"label": plural(data["overrides"], "override"), "value": "—" if data["overrides"] is None else f"{data['overrides']:,}",
          "note": "approvals that skipped the reconciliation guard"},
     ]
     return [
@@ -364,7 +379,7 @@ def _filter_choices(project) -> dict:
 
 def _report_page(request: HttpRequest, section: str) -> HttpResponse:
     project = request.project
-    context = {"nav_active": "reports", "section": section, "choices": _filter_choices(project)}
+    context = {"nav_active": "reports", "section": section, "choices": _filter_choices(project), "as_of": _as_of()}
     try:
         f = reports.report_filters_parse(request.GET, project=project)
     except ReportFilterError as exc:
@@ -395,6 +410,19 @@ def _report_page(request: HttpRequest, section: str) -> HttpResponse:
         "title": dict((k, label) for k, label, _ in SECTIONS)[section],
     })
     return render(request, "callgate/reports/page.html", context)
+
+
+def _as_of() -> dict:
+    """The rollups' freshness for the page head: ``{"moment": datetime | None, "iso", "text"}``
+    ("14:05 UTC" today, "Sat 28 Nov 14:05 UTC" on another day, "unknown" when never refreshed)."""
+    from django.utils import timezone
+
+    moment = rollups_as_of()
+    if moment is None:
+        return {"moment": None, "iso": "", "text": "unknown"}
+    moment = moment.astimezone(reports.UTC)
+    same_day = moment.date() == timezone.now().astimezone(reports.UTC).date()
+    return {"moment": moment, "iso": iso(moment), "text": moment.strftime("%H:%M UTC" if same_day else "%a %d %b %H:%M UTC")}
 
 
 def _sections(project, params: dict) -> list[dict]:

@@ -90,19 +90,36 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: The years a filter moment may fall in: wide enough for any real range, far enough from
+#: ``datetime``'s limits (years 1 and 9999) that ranges, previous periods and week starts
+#: computed from it cannot overflow.
+MIN_YEAR, MAX_YEAR = 1970, 9000
+FILTER_KEYS = ("since", "until", "granularity", "tool", "agent")
+
+
 def _parse_moment(name: str, raw: str, *, end: bool) -> datetime:
+    """An aware UTC datetime from an ISO date or date-time. Raises ``ReportFilterError(name, …)``
+    for text that is no date, or a moment outside the years ``MIN_YEAR`` – ``MAX_YEAR``."""
     raw = raw.strip()
     try:
         if len(raw) == 10:  # a date: the start of that day, or for ``until`` the end of it
-            day = date.fromisoformat(raw)
-            moment = datetime.combine(day, time(0), tzinfo=UTC)
-            return moment + timedelta(days=1) if end else moment
-        moment = datetime.fromisoformat(raw.replace("z", "Z"))
+            moment = datetime.combine(date.fromisoformat(raw), time(0), tzinfo=UTC)
+        else:
+            moment = datetime.fromisoformat(raw.replace("z", "Z"))
+            if moment.tzinfo is None:  # datetime-local inputs: taken as UTC, the reports' time zone
+                moment = moment.replace(tzinfo=UTC)
+        if not MIN_YEAR <= moment.year <= MAX_YEAR:  # checked before any arithmetic can overflow
+            raise OverflowError
+        moment = moment.astimezone(UTC)
+        if len(raw) == 10 and end:
+            moment += timedelta(days=1)
+    except OverflowError:
+        raise ReportFilterError(name, f"must fall between the years {MIN_YEAR} and {MAX_YEAR}, got {raw!r}") from None
     except ValueError:
         raise ReportFilterError(name, f"not a date or date-time: {raw!r} (use e.g. 2026-11-29 or 2026-11-29T10:00:00Z)") from None
-    if moment.tzinfo is None:  # datetime-local inputs: taken as UTC, the reports' time zone
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    if not MIN_YEAR <= moment.year <= MAX_YEAR:  # an offset moved it across the edge
+        raise ReportFilterError(name, f"must fall between the years {MIN_YEAR} and {MAX_YEAR}, got {raw!r}")
+    return moment
 
 
 def _hour_ceil(moment: datetime) -> datetime:
@@ -116,8 +133,14 @@ def report_filters_parse(params: Mapping[str, str], *, project: Project, now: da
     ``tool`` (a tool name) and ``agent`` (an agent id of ``project``). Defaults: the last
     7 days up to the end of the current hour, by day. The range is widened to whole hours.
 
+    Moments must fall in the years ``MIN_YEAR`` – ``MAX_YEAR``; no value may contain a NUL
+    character (the database cannot hold one).
+
     Raises ``ReportFilterError(field, message)`` for a value that cannot be used."""
     now = now or timezone.now()
+    for key in FILTER_KEYS:
+        if "\x00" in (params.get(key) or ""):
+            raise ReportFilterError(key, "must not contain NUL characters")
     explicit = {k: params.get(k, "") for k in ("since", "until", "granularity", "tool", "agent") if params.get(k)}
     until = _parse_moment("until", params["until"], end=True) if params.get("until") else now
     until = _hour_ceil(until)
@@ -480,13 +503,15 @@ AGE_BUCKETS = [
 
 def report_review(*, project: Project, f: ReportFilters, now: datetime | None = None) -> dict:
     """Health of the review queue. Open items by age (now, whatever the range), time from an
-    item's opening to its decision (items decided in the range, in seconds: median and p90),
-    decisions by type and overrides (approvals that skipped the reconciliation guard).
+    item's opening to a human's decision (items resolved in the range, in seconds: median and
+    p90, None without any), decisions by type (including items settled by a later event or
+    expired) and overrides (approvals that skipped the reconciliation guard).
     Returns ``{"available": bool, "open_total", "open_by_age": [{"bucket", "label", "items"}],
-    "decided": int, "median_seconds", "p90_seconds", "decisions": [{"resolution", "items"}],
+    "decided": int (closed in the range), "human_decided": int (of those, decided by a human),
+    "median_seconds", "p90_seconds", "decisions": [{"resolution", "items"}],
     "overrides": int | None}``; ``available`` is False (and the rest empty) when the
     reviews app is not installed."""
-    empty = {"available": False, "open_total": 0, "open_by_age": [], "decided": 0, "median_seconds": None,
+    empty = {"available": False, "open_total": 0, "open_by_age": [], "decided": 0, "human_decided": 0, "median_seconds": None,
              "p90_seconds": None, "decisions": [], "overrides": None}
     try:
         ReviewItem = apps.get_model("reviews", "ReviewItem")
@@ -507,9 +532,11 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
         by_age.append({"bucket": key, "label": label, "items": n})
         lower = upper or lower
     decided = items.filter(resolved_at__gte=f.since, resolved_at__lt=f.until).exclude(status__in=["open", "claimed"])
+    # time to decision counts human decisions only: an item settled by a later event or an
+    # approval that ran out closes with no one deciding (often at once, which read as "0 s")
     durations = sorted(
         (resolved - created).total_seconds()
-        for created, resolved in decided.values_list("created_at", "resolved_at")
+        for created, resolved in decided.filter(status="resolved").values_list("created_at", "resolved_at")
     )
     decisions = [
         {"resolution": r or "none", "items": n}
@@ -531,7 +558,8 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
         "available": True,
         "open_total": len(ages),
         "open_by_age": by_age,
-        "decided": len(durations),
+        "decided": decided.count(),
+        "human_decided": len(durations),
         "median_seconds": _percentile(durations, 0.5),
         "p90_seconds": _percentile(durations, 0.9),
         "decisions": decisions,

@@ -50,6 +50,8 @@ from callgate.models import CallRollup, ToolCall
 logger = logging.getLogger(__name__)
 
 WATERMARK_KEY = "callgate:rollups:watermark"
+#: Start time of the last full ``rollups_rebuild`` (every project, every bucket).
+REBUILT_KEY = "callgate:rollups:rebuilt"
 #: Look back this much before the previous run's start (longer than any request transaction).
 OVERLAP = timedelta(minutes=2)
 #: Look back this far when there is no watermark (first run, cache flushed).
@@ -132,6 +134,14 @@ def rollups_refresh_changed(*, now: datetime | None = None) -> dict:
     return {"buckets": len(buckets), "rows": rows, "since": since}
 
 
+def rollups_as_of() -> datetime | None:
+    """How fresh the rollups are: the start of the newest successful refresh (the watermark)
+    or full rebuild, whichever is later; every call change committed before it is counted.
+    None when neither is known (never run, or the cache was flushed)."""
+    moments = [m for m in (cache.get(WATERMARK_KEY), cache.get(REBUILT_KEY)) if m is not None]
+    return max(moments) if moments else None
+
+
 def rollups_rebuild(
     *,
     project_id: int | None = None,
@@ -141,6 +151,7 @@ def rollups_rebuild(
     """Recompute every bucket that has calls or rollup rows (of one project, from ``since``
     on). Buckets whose calls are gone lose their rows. ``progress(done, total, bucket)`` is
     called after each bucket. Returns ``{"buckets": n, "rows": n}``."""
+    started = timezone.now()
     calls = ToolCall.objects.all()
     rollups = CallRollup.objects.all()
     if project_id is not None:
@@ -164,6 +175,10 @@ def rollups_rebuild(
         rows += rollup_bucket_refresh(project_id=pid, bucket=hour)
         if progress is not None:
             progress(done, total, (pid, hour))
+    if project_id is None and since is None:
+        previous = cache.get(REBUILT_KEY)
+        if previous is None or previous < started:
+            cache.set(REBUILT_KEY, started, timeout=None)
     return {"buckets": total, "rows": rows}
 
 

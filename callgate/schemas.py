@@ -7,8 +7,9 @@ rejected) except where JSON has no native type: ``event_id`` (UUID) and ``occurr
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal, Union
+from urllib.parse import urlsplit
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
@@ -45,7 +46,20 @@ class Envelope(_Strict):
     def _aware(cls, value: datetime) -> datetime:
         if value.tzinfo is None:
             raise ValueError("must include a UTC offset (RFC 3339), e.g. 2026-06-15T09:00:00Z")
-        return value
+        return _plausible(value)
+
+
+#: How far in the future an event's time may lie (clock skew), and the earliest time accepted.
+MAX_CLOCK_SKEW = timedelta(days=1)
+EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
+def _plausible(value: datetime) -> datetime:
+    if value > datetime.now(timezone.utc) + MAX_CLOCK_SKEW:
+        raise ValueError("lies more than a day in the future; check the agent's clock")
+    if value < EARLIEST:
+        raise ValueError("lies before the year 2000")
+    return value
 
 
 class ProposedEvent(Envelope):
@@ -56,13 +70,13 @@ class ProposedEvent(Envelope):
 
 class AttemptEvent(Envelope):
     type: Literal["attempt"]
-    attempt: int | None = Field(None, ge=1)
+    attempt: int | None = Field(None, ge=1, le=10_000)
     sent: bool | None = Field(description="Whether the request left the caller; null when it cannot tell.")
     outcome: Literal["success", "error", "timeout", "connection_reset", "circuit_open"]
     http_status: int | None = Field(None, ge=100, le=599)
     error: str | None = Field(None, max_length=10_000)
     result: Any = None
-    result_count: int | None = Field(None, ge=0)
+    result_count: int | None = Field(None, ge=0, le=2**53)
     result_format: Literal["mcp"] | None = None
 
 
@@ -114,6 +128,13 @@ class GateRequest(_Strict):
     event_id: UUID | None = Field(None, strict=False)
     occurred_at: datetime | None = Field(None, strict=False)
 
+    @field_validator("occurred_at")
+    @classmethod
+    def _plausible_time(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("must include a UTC offset (RFC 3339), e.g. 2026-06-15T09:00:00Z")
+        return _plausible(value) if value is not None else None
+
 
 class RetryPolicy(_Strict):
     initial_interval: float = Field(1.0, gt=0, le=3600, description="seconds")
@@ -149,6 +170,9 @@ class ContractIn(_Strict):
             raise ValueError("must be an http(s) URL")
         if "{operation_id}" not in value:
             raise ValueError("must contain the placeholder {operation_id}")
+        parts = urlsplit(value)
+        if "{" in parts.scheme + parts.netloc or not parts.netloc:
+            raise ValueError("the placeholder {operation_id} may only stand in the path or query, after the host")
         return value
 
 

@@ -72,8 +72,9 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
     """Register ``name`` for ``agent``: the same contract again is a no-op, a changed one
     becomes the next version; used versions are never modified. Returns (version, created).
 
-    Raises ``ContractRejected`` for an invalid JSON Schema (draft 2020-12) or a body whose
-    ``name`` differs from the URL's."""
+    Raises ``ContractRejected`` for an invalid JSON Schema (draft 2020-12), a body whose
+    ``name`` differs from the URL's, or a changed contract from an agent that has not
+    registered this tool while others have (one agent cannot weaken another's contract)."""
     if payload.name is not None and payload.name != name:
         raise ContractRejected("name", f"the body names {payload.name!r} but the URL names {name!r}")
     if problem := schema_problems(payload.parameters):
@@ -91,6 +92,12 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
         try:
             with transaction.atomic():
                 latest = ToolContract.objects.filter(project=project, name=name).order_by("-version").first()
+                if latest is not None and latest.digest != digest:
+                    owners = list(AgentTool.objects.filter(agent__project=project, name=name)
+                                  .values_list("agent__name", flat=True))
+                    if owners and agent.name not in owners:
+                        raise ContractRejected("name", f"{name!r} is registered by {', '.join(sorted(owners))}; only "
+                                                       "they can publish a changed contract (the same one joins)")
                 AgentTool.objects.get_or_create(agent=agent, name=name)
                 if latest is not None and latest.digest == digest:
                     return latest, False

@@ -107,6 +107,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "callgate.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -266,6 +267,9 @@ CELERY_BEAT_SCHEDULE: dict = {
 
 # --- callgate
 CALLGATE_RECONCILE_AUTH_HEADER = env_str("CALLGATE_RECONCILE_AUTH_HEADER") or ""
+#: Origins (scheme://host[:port]) that may receive CALLGATE_RECONCILE_AUTH_HEADER. Contracts are
+#: written by agents, so the credential never goes to an origin that is not listed here.
+CALLGATE_RECONCILE_AUTH_ORIGINS = env_list("CALLGATE_RECONCILE_AUTH_ORIGINS", [])
 CALLGATE_RECONCILE_TIMEOUT = env_int("CALLGATE_RECONCILE_TIMEOUT", 5, minimum=1)  # seconds
 CALLGATE_REVIEW_CLAIM_LEASE = env_int("CALLGATE_REVIEW_CLAIM_LEASE", 15 * 60, minimum=60)  # seconds
 
@@ -275,5 +279,8 @@ LOGGING = {
     "filters": {"mask_api_keys": {"()": "callgate.logmask.MaskApiKeysFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["mask_api_keys"]}},
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "celery.app.trace": {"level": "WARNING"},  # one line per task run is noise; failures still show
+    },
 }

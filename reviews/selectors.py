@@ -100,6 +100,17 @@ def _apply(qs: QuerySet, filters: QueueFilters, *, user, now, skip: str = "") ->
     return qs
 
 
+def absent_reconciliations() -> QuerySet:
+    """``reconciled`` CallEvents that found nothing in the target AND are newer than every
+    ``attempt`` event of their call (by ``received_at``, then id). Only such a look-up proves
+    the latest attempt did not happen; one from before a later attempt proves nothing about it.
+    Filter by call (``.filter(call=…)`` or ``call=OuterRef("call")``) before use."""
+    later_attempt = CallEvent.objects.filter(call_id=OuterRef("call_id"), kind=CallEvent.Kind.ATTEMPT).filter(
+        Q(received_at__gt=OuterRef("received_at")) | Q(received_at=OuterRef("received_at"), pk__gt=OuterRef("pk"))
+    )
+    return CallEvent.objects.filter(kind=CallEvent.Kind.RECONCILED, body__found=False).filter(~Exists(later_attempt))
+
+
 def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
     """Items matching ``filters``, most urgent first (priority, then oldest), with the call,
     agent, assignee and ``n_similar`` (other open items with the same tool and reason)."""
@@ -121,8 +132,7 @@ def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
         .select_related("call", "call__agent", "call__contract", "assignee")
         .annotate(
             n_similar=Coalesce(Subquery(similar, output_field=IntegerField()), 0) - 1,
-            has_absent=Exists(CallEvent.objects.filter(call=OuterRef("call"), kind=CallEvent.Kind.RECONCILED,
-                                                       body__found=False)),
+            has_absent=Exists(absent_reconciliations().filter(call=OuterRef("call"))),
         )
         .order_by("priority", "created_at", "pk")
     )

@@ -23,8 +23,9 @@ from django.utils import timezone
 
 from callgate import services as core_services
 from callgate.lifecycle import IllegalTransition
-from callgate.models import CallEvent, Membership, ToolCall, ToolContract
+from callgate.models import Membership, ToolCall, ToolContract
 from reviews.models import ReviewAudit, ReviewItem
+from reviews.selectors import absent_reconciliations
 
 logger = logging.getLogger(__name__)
 
@@ -412,8 +413,10 @@ def review_items_expire(*, now=None) -> int:
 
 
 def reconciled_absent(call: ToolCall) -> bool:
-    """True when a reconciliation of ``call`` found nothing in the target."""
-    return CallEvent.objects.filter(call=call, kind=CallEvent.Kind.RECONCILED, body__found=False).exists()
+    """True when a reconciliation of ``call`` found nothing in the target AFTER the call's
+    latest ``attempt`` (by received_at, then id): a look-up from before a later attempt says
+    nothing about that attempt (see ``selectors.absent_reconciliations``)."""
+    return absent_reconciliations().filter(call=call).exists()
 
 
 def approve_retry_guard(call: ToolCall, *, absent: bool | None = None) -> str:

@@ -8,6 +8,7 @@ possible. Without htmx, actions redirect back with a message.
 from __future__ import annotations
 
 import csv
+from datetime import timezone as dt_timezone
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
@@ -42,13 +43,29 @@ def _get_item(request, pk: int) -> ReviewItem:
 # --- queue -----------------------------------------------------------------------------------
 
 
+def _parse_seen(value: str | None):
+    """The ``seen`` query value (an ISO 8601 time) as an aware datetime: a time without a UTC
+    offset is taken as UTC; anything unparsable (bad format, day 32, month 13) is None."""
+    if not value:
+        return None
+    try:
+        seen = parse_datetime(value.strip()[:64])
+    except ValueError:  # well-formed but not a real date or time
+        return None
+    if seen is None:
+        return None
+    if timezone.is_naive(seen):
+        seen = timezone.make_aware(seen, dt_timezone.utc)
+    return seen
+
+
 def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
     """The queue's context; ``fragment`` skips what only the full page shows (facets, progress)."""
     filters = selectors.QueueFilters.from_query(request.GET if request.method == "GET" else request.POST)
     now = timezone.now()
     items = selectors.queue_items(project=request.project, filters=filters, user=request.user, now=now)
     page = Paginator(items, selectors.PAGE_SIZE).get_page(request.GET.get("page"))
-    seen = parse_datetime(request.GET.get("seen") or "") if request.GET.get("seen") else None
+    seen = _parse_seen(request.GET.get("seen"))
     selected = {int(v) for v in request.GET.getlist("ids") if v.isdigit()}
     return {
         "nav_active": "review",
@@ -305,14 +322,16 @@ def audit_csv(request: HttpRequest, pk: int) -> HttpResponse:
     writer.writerow(["when_utc", "who", "what", "state_before", "state_after", "call_state_before",
                      "call_state_after", "reason", "override"])
     for row in selectors.audit_rows(item=item):
-        writer.writerow([
+        writer.writerow([_csv_safe(value) for value in (
             row.created_at.isoformat(), row.actor.get_username() if row.actor else "callgate", row.action,
             row.state_before, row.state_after, row.call_state_before, row.call_state_after,
-            _csv_safe(row.reason), "yes" if row.override else "",
-        ])
+            row.reason, "yes" if row.override else "",
+        )])
     return response
 
 
-def _csv_safe(text: str) -> str:
-    """Neutralise spreadsheet formulas in free text."""
+def _csv_safe(text) -> str:
+    """Neutralise spreadsheet formulas: a cell starting with ``= + - @``, a tab or a carriage
+    return gets a leading ``'``. Applied to every column (usernames may start with these too)."""
+    text = "" if text is None else str(text)
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

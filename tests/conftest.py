@@ -12,6 +12,15 @@ def pytest_configure(config):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+def pytest_report_header(config):
+    from tests.factories import CASES_FILE, load_cases
+
+    cases = load_cases()
+    if not cases:
+        return f"shared cases: MISSING at {CASES_FILE}; their tests are not collected (set CALLGATE_CASES)"
+    return f"shared cases: {len(cases)} from {CASES_FILE}"
+
+
 @pytest.fixture(autouse=True)
 def _test_settings(settings):
     settings.CELERY_TASK_ALWAYS_EAGER = True
@@ -22,6 +31,7 @@ def _test_settings(settings):
     settings.ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
     settings.SESSION_COOKIE_SECURE = False
     settings.CSRF_COOKIE_SECURE = False
+    settings.CALLGATE_RECONCILE_AUTH_ORIGINS = ["http://sim"]  # the in-process simulator of the tests
     from callgate.celery import app
 
     app.conf.task_always_eager = True

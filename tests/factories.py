@@ -6,8 +6,11 @@ olga (operator of B, the outsider). Each project has an agent with an API key.
 """
 from __future__ import annotations
 
+import json
+import os
 import uuid
 from datetime import datetime, timezone as dt_timezone
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.test import TestCase
@@ -16,6 +19,18 @@ from callgate.auth import api_key_issue
 from callgate.models import Agent, Membership, Project
 
 PASSWORD = "correct horse battery staple"
+
+#: The shared test vectors: ``shared/cases`` beside the checkout (as CI lays it out);
+#: ``CALLGATE_CASES`` names another file. ``.ci/run`` fails when the file is missing.
+CASES_FILE = Path(os.environ.get(
+    "CALLGATE_CASES", Path(__file__).resolve().parent.parent.parent / "shared" / "cases" / "classification.jsonl"))
+
+
+def load_cases() -> list[dict]:
+    """The cases of ``CASES_FILE``, or an empty list when the file is not there."""
+    if not CASES_FILE.exists():
+        return []
+    return [json.loads(line) for line in CASES_FILE.read_text().splitlines() if line.strip()]
 
 
 def make_user(username: str):

@@ -1,7 +1,7 @@
 // Reports: draws every chart of the page with Chart.js from the JSON data island
 // <script type="application/json" id="report-charts"> (a list of chart specs made by
 // callgate.report_views.chart). Colours come from the CSS variables, so charts follow the
-// light/dark theme like the badges do (--cat-<category>); they are redrawn when the system
+// light/dark theme like the badges do (--chart-<category>); they are redrawn when the system
 // theme changes. Each canvas has role="img" and an aria-label; the table beside it is the
 // accessible alternative with the same numbers.
 (function () {
@@ -13,9 +13,11 @@
     return value || fallback;
   }
 
+  // bar fills: --chart-<category> (mid shades made to tell apart in a stack, see
+  // callgate.css), falling back to the badge text colour and then to grey
   function colour(slug) {
-    if (!slug || slug === "neutral") return css("--link", "#0b5cad");
-    return css("--cat-" + slug, css("--muted", "#59636e"));
+    if (!slug || slug === "neutral") return css("--chart-neutral", css("--link", "#0b5cad"));
+    return css("--chart-" + slug, css("--cat-" + slug, css("--muted", "#59636e")));
   }
 
   function datasets(spec) {

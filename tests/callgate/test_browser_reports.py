@@ -91,3 +91,37 @@ class BrowserReportsTests(BrowserTestCase):
         assert "/reports/agents/" in page.url and "tool=get_weather" in page.url
         assert page.locator("select[name=tool]").input_value() == "get_weather"
         context.close()
+
+
+class BrowserReportsNarrowTests(BrowserReportsTests):
+    """A 1366 px laptop screen: wide tables fit their card (headers wrap) or scroll inside it
+    with a visible hint; nothing is clipped."""
+
+    viewport = {"width": 1366, "height": 768}
+
+    def test_it_draws_every_report_page_in_light_and_dark(self):  # covered at 1440 px
+        pass
+
+    def test_it_keeps_the_filters_when_the_form_is_submitted(self):  # covered at 1440 px
+        pass
+
+    def test_it_fits_or_scrolls_wide_tables_within_their_card(self):
+        context = self._context("light")
+        page = context.new_page()
+        for name, path in PAGES:
+            page.goto(f"{self.live_server_url}/p/acme/reports/{path}")
+            page.wait_for_load_state("networkidle")
+            boxes = page.evaluate("""() => [...document.querySelectorAll('.table-scroll')].map((box) => {
+                const card = box.closest('.card').getBoundingClientRect();
+                const r = box.getBoundingClientRect();
+                return {table: box.querySelector('table').dataset.table, scroll: box.scrollWidth, client: box.clientWidth,
+                        inside: r.left >= card.left - 1 && r.right <= card.right + 1,
+                        hinted: box.classList.contains('overflowing') && getComputedStyle(box).overflowX === 'auto'};
+            })""")
+            for box in boxes:
+                assert box["inside"], (name, box)
+                assert box["scroll"] <= box["client"] + 1 or box["hinted"], (name, box)
+            assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth"), name
+            if name == "tools":
+                page.screenshot(path=str(artifact_path("reports-tools-1366")), full_page=True)
+        context.close()

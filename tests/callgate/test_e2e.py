@@ -450,7 +450,7 @@ class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
         # the worker: a separate process on the test database
         env = {**os.environ, "DATABASE_URL": database_url, "DEBUG": "true",
                "CALLGATE_RECONCILE_AUTH_HEADER": f"Authorization: Bearer {TOKEN}",
-               "CALLGATE_RECONCILE_TIMEOUT": "20"}
+               "CALLGATE_RECONCILE_AUTH_ORIGINS": self.sim_url, "CALLGATE_RECONCILE_TIMEOUT": "20"}
         self.worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "callgate", "worker", "--pool=prefork", "--concurrency=1",
              "-Q", self.queue, "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "WARNING"],

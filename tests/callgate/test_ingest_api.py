@@ -8,7 +8,8 @@ from unittest import skipUnless
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from callgate.models import CallEvent, ToolCall, ToolContract
+from callgate.auth import api_key_issue
+from callgate.models import Agent, CallEvent, ToolCall, ToolContract
 from reviews.models import ReviewItem
 from tests.factories import BaseTestCase, make_event
 
@@ -135,6 +136,12 @@ class IngestTests(BaseTestCase):
         assert "5 MB" in response.json()["error"]
         assert not ToolCall.objects.exists()
 
+    def test_it_takes_a_full_batch_of_1000_events(self):
+        events = [proposal("get_weather", {"city": f"C{i}"}, request_id=f"r{i}") for i in range(1000)]
+        response = self.post(events)
+        assert response.status_code == 200, response.content[:300]
+        assert response.json()["accepted"] == 1000
+
     def test_it_answers_413_for_more_than_1000_events(self):
         events = [proposal("get_weather", {"city": "Oslo"}, request_id=f"r{i}") for i in range(1001)]
         response = self.post(events)
@@ -186,6 +193,20 @@ class IngestTests(BaseTestCase):
         item.refresh_from_db()
         assert item.status == "settled"
 
+    def test_an_agent_cannot_decide_on_its_own_calls(self):
+        self.client_api.put("/api/v1/tools/pay", {**WEATHER, "requires_approval": True}, format="json")
+        op = self.post(proposal("pay", {"city": "Oslo"}, request_id="r1")).json()["results"][0]["answer"]
+        for event in (make_event("decision", operation_id=op["operation_id"], decision="approve"),
+                      make_event("approval_expired", operation_id=op["operation_id"])):
+            response = self.post(event)
+            assert response.status_code == 207
+            assert response.json()["results"][0]["errors"][0]["loc"] == "type"
+        assert ToolCall.objects.get(operation_id=op["operation_id"]).state == "pending_approval"
+        runtime = self.api(api_key_issue(agent=self.agent, can_decide=True).plain)
+        decided = runtime.post("/api/v1/events", make_event("decision", operation_id=op["operation_id"],
+                                                            decision="reject", reason="no"), format="json")
+        assert decided.json()["results"][0]["answer"]["reason"] == "approval_rejected"
+
     def test_it_refuses_an_attempt_on_a_call_waiting_for_approval(self):
         self.client_api.put("/api/v1/tools/pay", {**WEATHER, "requires_approval": True}, format="json")
         op = self.post(proposal("pay", {"city": "Oslo"}, request_id="r1")).json()["results"][0]["answer"]
@@ -228,6 +249,25 @@ class GateTests(BaseTestCase):
         assert again["verdict"] == "reconcile"
         assert again["reason"] == "outcome_unknown"
 
+    def test_a_resent_check_gets_the_same_operation_and_its_current_state(self):
+        body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+                "request_id": "req-1", "event_id": str(uuid.uuid4())}
+        first = self.check(body).json()
+        again = self.check(body)
+        assert again.status_code == 200
+        assert again.json()["operation_id"] == first["operation_id"]
+        assert CallEvent.objects.filter(event_id=body["event_id"]).count() == 1
+
+    def test_it_refuses_implausible_times(self):
+        body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+                "occurred_at": "9999-12-31T23:59:59Z"}
+        response = self.check(body)
+        assert response.status_code == 400
+        assert response.json()["errors"][0]["loc"] == "occurred_at"
+
+    def test_it_answers_400_for_a_nul_in_the_url(self):
+        assert self.client_api.get("/api/v1/calls/a%00b").status_code == 400
+
     def test_it_answers_malformed_output_without_an_error(self):
         answer = self.check({"format": "openai", "call": "I will call the weather tool now"}).json()
         assert answer["reason"] == "malformed_call"
@@ -265,6 +305,18 @@ class ToolRegistrationTests(BaseTestCase):
         assert response.json()["errors"][0]["loc"] == "parameters"
         assert "properties/city/type" in response.json()["error"]
 
+    def test_it_rejects_remote_or_dangling_refs_and_other_dialects(self):
+        for parameters, needle in (
+            ({"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/internal"}}}, "must be local"),
+            ({"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}}, "points to nothing"),
+            ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"}, "2020-12"),
+        ):
+            response = self.api().put("/api/v1/tools/t", {**WEATHER, "parameters": parameters}, format="json")
+            assert response.status_code == 400, parameters
+            assert needle in response.json()["error"]
+        ok = {"type": "object", "$defs": {"city": {"type": "string"}}, "properties": {"city": {"$ref": "#/$defs/city"}}}
+        assert self.api().put("/api/v1/tools/t", {**WEATHER, "parameters": ok}, format="json").status_code == 201
+
     def test_it_returns_lint_findings(self):
         vague = {"description": "tool", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}
         body = self.api().put("/api/v1/tools/do_stuff", vague, format="json").json()
@@ -277,11 +329,22 @@ class ToolRegistrationTests(BaseTestCase):
             assert response.status_code == 400
             assert response.json()["errors"][0]["loc"] == "name"
 
-    def test_it_rejects_a_reconcile_url_without_the_placeholder(self):
-        bad = {**WEATHER, "reconcile_url": "https://target.example/ops/"}
-        response = self.api().put("/api/v1/tools/get_weather", bad, format="json")
+    def test_it_rejects_a_reconcile_url_without_the_placeholder_or_with_it_in_the_host(self):
+        for url in ("https://target.example/ops/", "http://{operation_id}.attacker.example/x",
+                    "{operation_id}://x/y", "https:///{operation_id}"):
+            response = self.api().put("/api/v1/tools/get_weather", {**WEATHER, "reconcile_url": url}, format="json")
+            assert response.status_code == 400, url
+            assert response.json()["errors"][0]["loc"] == "reconcile_url"
+
+    def test_an_agent_cannot_change_another_agents_contract(self):
+        self.api().put("/api/v1/tools/get_weather", WEATHER, format="json")
+        other = self.api(api_key_issue(agent=Agent.objects.create(project=self.project, name="rogue")).plain)
+        weaker = {**WEATHER, "parameters": {"type": "object"}, "max_attempts": 100}
+        response = other.put("/api/v1/tools/get_weather", weaker, format="json")
         assert response.status_code == 400
-        assert response.json()["errors"][0]["loc"] == "reconcile_url"
+        assert "support-bot" in response.json()["error"]
+        assert ToolContract.objects.filter(project=self.project, name="get_weather").count() == 1
+        assert other.put("/api/v1/tools/get_weather", WEATHER, format="json").status_code == 200  # the same joins
 
     def test_a_key_cannot_register_tools_in_another_project(self):
         self.api(self.other_key).put("/api/v1/tools/get_weather", WEATHER, format="json")

@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from callgate.lint import CODES, Finding, LintReport, lint_contract
+from tests.factories import CASES_FILE, load_cases
 
-CASES = Path("/work/shared/cases/classification.jsonl")
 
 GOOD_DESCRIPTION = (
     "Create a follow-up task on a support ticket and return its id. Use it when the "
@@ -71,11 +70,10 @@ def codes_at(report: LintReport, path: str) -> set[str]:
 
 
 def load_case_tools() -> list[dict]:
-    tools = []
-    for line in CASES.read_text().splitlines():
-        if line.strip():
-            tools.extend(json.loads(line).get("tools", []))
-    return tools
+    cases = load_cases()
+    if not cases:
+        pytest.skip(f"{CASES_FILE} is missing (the shared test vectors)")
+    return [tool for case in cases for tool in case.get("tools", [])]
 
 
 # ---------------------------------------------------------------- good and bad contracts

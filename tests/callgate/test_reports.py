@@ -329,3 +329,108 @@ class ReportApiTests(ReportFixture):
         assert {p["name"] for p in op["parameters"]} >= {"since", "until", "granularity", "tool", "agent"}
         assert "200" in op["responses"] and "400" in op["responses"]
         assert "/api/v1/reports/unknown-outcomes" in schema["paths"]
+
+
+class ReportFindingsTests(ReportFixture):
+    """Testers' findings: extreme dates and NUL characters, review health without human
+    decisions, plurals, and how fresh the rollups are."""
+
+    BAD_MOMENTS = [
+        ({"until": "9999-12-31"}, "until"),
+        ({"until": "0001-01-01"}, "until"),
+        ({"since": "0001-01-01"}, "since"),
+        ({"since": "0001-01-01T00:00:00+01:00"}, "since"),
+        ({"until": "9999-12-31T23:59:59-01:00"}, "until"),
+        ({"since": "9999-12-30", "until": "9999-12-31"}, "until"),
+        ({"since": "9999-12-30", "until": "2026-03-02"}, "since"),
+        ({"since": "1969-12-31T23:00:00Z"}, "since"),
+    ]
+    NUL_VALUES = [({"tool": "\x00"}, "tool"), ({"agent": "1\x00"}, "agent"), ({"since": "2026-03-02\x00"}, "since"),
+                  ({"until": "\x00"}, "until"), ({"granularity": "day\x00"}, "granularity")]
+
+    def test_it_refuses_moments_outside_the_supported_years_naming_the_field(self):
+        for params, field in self.BAD_MOMENTS + self.NUL_VALUES:
+            try:
+                reports.report_filters_parse(params, project=self.project)
+            except reports.ReportFilterError as exc:
+                assert exc.field == field, (params, exc)
+            else:
+                raise AssertionError(f"no error for {params}")
+        # the edges of the window still work
+        f = reports.report_filters_parse({"since": "1970-01-01", "until": "1970-01-03"}, project=self.project)
+        assert f.since == datetime(1970, 1, 1, tzinfo=UTC)
+        f = reports.report_filters_parse({"until": "9000-06-01"}, project=self.project)
+        assert f.until == datetime(9000, 6, 2, tzinfo=UTC)
+
+    def test_it_answers_400_for_extreme_dates_and_nul_in_the_api(self):
+        for params, field in self.BAD_MOMENTS + self.NUL_VALUES:
+            response = self.api().get("/api/v1/reports/categories", params)
+            assert response.status_code == 400, (params, response.status_code)
+            assert response.json()["errors"][0]["loc"] == field, (params, response.json())
+
+    def test_it_answers_400_for_extreme_dates_and_nul_on_the_pages(self):
+        self.client.force_login(self.maria)
+        for page in ("", "reliability/", "review/"):
+            for params, field in self.BAD_MOMENTS + self.NUL_VALUES:
+                response = self.client.get(f"/p/acme/reports/{page}", params)
+                assert response.status_code == 400, (page, params, response.status_code)
+                assert f"Filter <strong>{field}</strong>" in response.content.decode(), (page, params)
+
+    def test_it_shows_a_dash_for_time_to_decision_without_human_decisions(self):
+        try:
+            ReviewItem = apps.get_model("reviews", "ReviewItem")
+        except LookupError:
+            return
+        now = T0 + timedelta(days=3)
+        for status, call in zip(("settled", "expired"), self.direct(reason="outcome_unknown")[:2]):
+            ReviewItem.objects.create(project=self.project, call=call, reason=call.reason, status=status,
+                                      resolution=status, created_at=now, resolved_at=now)
+        data = reports.report_review(project=self.project, f=self.filters(), now=now)
+        assert data["decided"] == 2 and data["human_decided"] == 0
+        assert data["median_seconds"] is None and data["p90_seconds"] is None
+        self.client.force_login(self.maria)
+        response = self.client.get("/p/acme/reports/review/", {"since": "2026-03-02", "until": "2026-03-08"})
+        tiles = {t["label"]: t for t in response.context["cards"][0]["tiles"]}
+        assert tiles["time to decision, median"]["value"] == "—"
+        assert tiles["time to decision, p90"]["value"] == "—"
+        assert "0 s" not in response.content.decode()
+        assert "over 0 human decisions" in response.content.decode()
+
+    def test_it_says_one_call_not_one_calls(self):
+        start = datetime(2025, 6, 2, 10, tzinfo=UTC)
+        make_call(project=self.project, agent=self.agent, created_at=start, reason=Reason.OK, attempts=2)
+        rollups_rebuild(project_id=self.project.pk)
+        self.client.force_login(self.maria)
+        for page in ("", "reliability/", "review/"):
+            response = self.client.get(f"/p/acme/reports/{page}", {"since": "2025-06-02", "until": "2025-06-02"})
+            assert response.status_code == 200
+            content = response.content.decode()
+            assert "1 calls" not in content, page
+        response = self.client.get("/p/acme/reports/reliability/", {"since": "2025-06-02", "until": "2025-06-02"})
+        tiles = {t["label"]: t for t in response.context["cards"][0]["tiles"]}
+        assert tiles["call needed a retry"]["value"] == "1"
+        assert tiles["succeeded later"]["note"] == "1 call"
+
+    def test_it_shows_when_the_rollups_were_last_refreshed(self):
+        from django.core.cache import cache
+
+        from callgate import rollups
+
+        self.client.force_login(self.maria)
+        cache.delete(rollups.WATERMARK_KEY)
+        cache.delete(rollups.REBUILT_KEY)
+        response = self.client.get("/p/acme/reports/")
+        assert "data as of unknown" in response.content.decode()
+        from django.utils import timezone
+
+        moment = timezone.now().replace(hour=0, minute=7, second=31, microsecond=0)
+        rollups.rollups_refresh_changed(now=moment)
+        for page in ("", "reasons/", "tools/", "agents/", "reliability/", "review/"):
+            response = self.client.get(f"/p/acme/reports/{page}")
+            content = response.content.decode()
+            assert f'data as of <time datetime="{reports.iso(moment)}">00:07 UTC</time>' in content, page
+        # a full rebuild counts as a refresh too
+        rollups_rebuild()
+        assert rollups.rollups_as_of() > moment
+        cache.delete(rollups.WATERMARK_KEY)
+        assert rollups.rollups_as_of() is not None

@@ -8,7 +8,8 @@ from django.utils import timezone
 from callgate.models import CallEvent, ToolCall
 from reviews import services
 from reviews.models import ReviewAudit, ReviewItem
-from tests.factories import BaseTestCase
+from reviews.selectors import QueueFilters, queue_items
+from tests.factories import BaseTestCase, make_event
 from tests.reviews.fixtures import add_reconciled, make_call, make_contract, make_item
 
 
@@ -283,3 +284,66 @@ class ReviewHousekeepingTaskTests(BaseTestCase):
         ReviewItem.objects.filter(pk=approval.pk).update(approval_expires_at=timezone.now() - timedelta(seconds=1))
         assert review_housekeeping.delay().get() == {"lapsed": 1, "expired": 1}
         assert review_housekeeping.delay().get() == {"lapsed": 0, "expired": 0}  # idempotent
+
+
+class ApproveRetryGuardFreshnessTests(BaseTestCase):
+    """Only a reconciliation newer than the call's latest attempt proves that attempt absent."""
+
+    def put_unreconcilable_write(self) -> None:
+        response = self.api().put("/api/v1/tools/send_invoice", {
+            "description": "Send an invoice to a customer.", "effect": "write", "idempotent": False,
+            "reconcilable": False, "max_attempts": 3, "max_reasks": 1,
+            "parameters": {"type": "object", "properties": {"invoice_id": {"type": "string"}}},
+        }, format="json")
+        assert response.status_code in (200, 201)
+
+    def post_event(self, type_: str, **fields) -> dict:
+        response = self.api().post("/api/v1/events", make_event(type_, operation_id="op-guard-1", **fields), format="json")
+        assert response.status_code == 200, response.json()
+        return response.json()["results"][0]
+
+    def test_it_requires_an_override_again_after_the_approved_retry_times_out(self):
+        self.put_unreconcilable_write()
+        gate = self.api().post("/api/v1/calls", {"format": "plain", "operation_id": "op-guard-1",
+                                                 "call": {"tool": "send_invoice", "arguments": {"invoice_id": "I-1"}}},
+                               format="json")
+        assert gate.json()["verdict"] == "allow"
+        self.post_event("attempt", sent=True, outcome="timeout", http_status=None, error="timed out")
+        self.post_event("reconciled", found=False, matches=False)
+        first = ReviewItem.objects.get(call__operation_id="op-guard-1", status="open")
+        services.review_item_decide(item=first, user=self.alice, decision="approve_retry")
+
+        self.post_event("attempt", sent=True, outcome="timeout", http_status=None, error="timed out again")
+        second = ReviewItem.objects.get(call__operation_id="op-guard-1", status="open")
+        assert second.pk != first.pk and second.call.reason in services.UNKNOWN_OUTCOME_REASONS
+        assert services.reconciled_absent(second.call) is False
+        assert "reconciliation that found nothing" in services.approve_retry_guard(second.call)
+        row = queue_items(project=self.project, filters=QueueFilters(), user=self.alice).get(pk=second.pk)
+        assert row.has_absent is False
+        assert services.queue_approve_action(row)[1]
+        try:
+            services.review_item_decide(item=second, user=self.alice, decision="approve_retry")
+            raise AssertionError("the old reconciliation must not count for the new attempt")
+        except services.ReviewError as exc:
+            assert "reconciliation that found nothing" in str(exc)
+        assert ToolCall.objects.get(pk=second.call_id).state == "in_review"
+
+        self.post_event("reconciled", found=False, matches=False)  # a fresh look-up counts again
+        second.call.refresh_from_db()
+        assert services.reconciled_absent(second.call) is True
+        row = queue_items(project=self.project, filters=QueueFilters(), user=self.alice).get(pk=second.pk)
+        assert row.has_absent is True
+
+    def test_it_orders_events_received_at_the_same_instant_by_id(self):
+        item = make_item(self.project, self.agent, reason="outcome_unknown")
+        at = timezone.now()
+
+        def add(kind: str, body: dict) -> CallEvent:
+            return CallEvent.objects.create(project_id=item.project_id, call=item.call, kind=kind, body=body,
+                                            occurred_at=at, received_at=at)
+
+        add(CallEvent.Kind.ATTEMPT, {"type": "attempt", "outcome": "timeout", "sent": True})
+        add(CallEvent.Kind.RECONCILED, {"type": "reconciled", "found": False, "matches": False})
+        assert services.reconciled_absent(item.call) is True
+        add(CallEvent.Kind.ATTEMPT, {"type": "attempt", "outcome": "timeout", "sent": True})
+        assert services.reconciled_absent(item.call) is False

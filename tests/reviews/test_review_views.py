@@ -3,6 +3,7 @@ from __future__ import annotations
 import csv
 import io
 from datetime import timedelta
+from datetime import timezone as dt_timezone
 
 from unittest import mock
 
@@ -12,7 +13,8 @@ from django.urls import reverse
 from callgate.models import ToolCall
 from reviews import services
 from reviews.models import ReviewItem
-from tests.factories import BaseTestCase
+from callgate.models import Membership
+from tests.factories import BaseTestCase, make_user
 from tests.reviews.fixtures import add_reconciled, make_contract, make_item
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -92,6 +94,24 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         assert "<html" not in body and 'id="queue-table"' in body
         assert f'id="item-{new.pk}" data-row data-href="{self.item_url(new)}" class="new' in body
         assert f'value="{old.pk}" form="bulk" data-keep aria-label="Select item {old.pk}" checked' in body
+
+    def test_it_reads_a_seen_time_without_offset_as_utc_and_ignores_an_invalid_one(self):
+        old = make_item(self.project, self.agent, age=timedelta(minutes=5))
+        new = make_item(self.project, self.agent)
+        self.login(self.alice)
+        naive_utc = (old.created_at + timedelta(minutes=1)).astimezone(dt_timezone.utc).replace(tzinfo=None)
+        for seen in (naive_utc.isoformat(), "2026-01-01T00:00:00"):
+            response = self.client.get(self.queue_url(), {"seen": seen}, HTTP_HX_TARGET="queue-table", **HTMX)
+            assert response.status_code == 200
+        body = self.client.get(self.queue_url(), {"seen": naive_utc.isoformat()}, HTTP_HX_TARGET="queue-table",
+                               **HTMX).content.decode()
+        assert f'id="item-{new.pk}" data-row data-href="{self.item_url(new)}" class="new' in body
+        assert f'id="item-{old.pk}" data-row data-href="{self.item_url(old)}" class=""' in body
+        for seen in ("2026-13-01T00:00:00Z", "2026-02-30T00:00:00", "2026-01-01T25:00:00+00:00", "yesterday", "x" * 500):
+            response = self.client.get(self.queue_url(), {"seen": seen}, HTTP_HX_TARGET="queue-table", **HTMX)
+            assert response.status_code == 200, seen
+            assert 'class="new' not in response.content.decode()
+            assert self.client.get(self.queue_url(), {"seen": seen}).status_code == 200
 
     def test_it_says_when_the_queue_is_empty(self):
         self.login(self.alice)
@@ -283,6 +303,18 @@ class ReviewItemPageTests(ReviewPageTestCase):
         assert [r[2] for r in rows[1:]] == ["opened", "claim", "reject"]
         assert rows[-1][1] == "alice" and rows[-1][3:5] == ["claimed", "resolved"]
         assert rows[-1][7] == "'=HYPERLINK(1)"
+
+    def test_it_guards_every_text_column_of_the_csv_against_formulas(self):
+        item = make_item(self.project, self.agent)
+        for name in ("=cmd", "+mallory", "-trudy", "@eve"):
+            user = make_user(name)
+            Membership.objects.create(user=user, project=self.project, role=Membership.Role.OPERATOR)
+            services.review_item_comment(item=item, user=user, text="-1+2")
+        self.login(self.maria)
+        rows = list(csv.reader(io.StringIO(self.client.get(self.item_url(item, "reviews:audit-csv")).content.decode())))
+        assert [r[1] for r in rows[2:]] == ["'=cmd", "'+mallory", "'-trudy", "'@eve"]
+        assert {r[7] for r in rows[2:]} == {"'-1+2"}
+        assert all(not cell.startswith(("=", "+", "-", "@")) for r in rows[1:] for cell in r)
 
     def test_it_acts_from_a_queue_row(self):
         item = make_item(self.project, self.agent, kind="approval")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 import time
 
@@ -30,11 +29,14 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=5.0, help="seconds between trickle calls")
         parser.add_argument("--public-url", default="http://127.0.0.1:8000",
                             help="where the server will run (the contracts' look-up URLs point there)")
+        parser.add_argument("--serve", metavar="ADDR:PORT",
+                            help="then serve callgate in this process (runserver without reloading), with the "
+                                 "trickle, the simulator under /simulator/ and the periodic jobs beside it")
         parser.add_argument("--no-history", action="store_true",
                             help="keep the calls at the current time instead of spreading them over 7 days")
 
     def handle(self, *args, seed: int, agents: int, calls: int, trickle: bool, interval: float, public_url: str,
-               no_history: bool, **options):
+               no_history: bool, serve: str | None, **options):
         from callgate.demo import demo_run, demo_trickle
 
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
@@ -45,10 +47,19 @@ class Command(BaseCommand):
         started = time.monotonic()
         width = 30
 
+        interactive = self.stdout.isatty()
+
         def progress(done: int, total: int, name: str) -> None:
             filled = width * done // total
-            self.stdout.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[:24]:<24}", ending="")
+            if interactive:
+                self.stdout.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[:24]:<24}",
+                                  ending="")
+            elif done == total or done % max(total // 10, 1) == 0:  # a log file: a line per tenth
+                self.stdout.write(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
             self.stdout.flush()
+
+        if serve:
+            public_url = f"http://{serve}"
 
         setup, stats = demo_run(seed=seed, agents=agents, calls=calls, public_url=public_url,
                                 spread_days=0 if no_history else 7, progress=progress)
@@ -61,17 +72,40 @@ class Command(BaseCommand):
         self.stdout.write(f"  project: /p/{setup.project.slug}/")
         self.stdout.write(f"  operator login: operator / {setup.operator_password}")
         self.stdout.write(f"  manager login:  manager / {setup.manager_password}")
+        self.stdout.write(f"  admin login:    admin / {setup.admin_password}  (also the Django admin at /admin/)")
         name, key = next(iter(setup.keys.items()))
         self.stdout.write(f"  API key of {name}: {key}")
+        if serve:
+            self.serve(serve, setup=setup, trickle=trickle, interval=interval, agents=agents, public_url=public_url)
+            return
         if trickle:
             self.stdout.write(f"trickling a call every {interval:g} s; Ctrl-C to stop")
             stop = threading.Event()
             for signum in (signal.SIGTERM, signal.SIGINT):  # also when started in the background
                 signal.signal(signum, lambda *_: stop.set())
             try:
-                demo_trickle(setup=setup, interval=interval, agents=agents, public_url=public_url, stop=stop,
-                             on_call=(lambda n: (sys.stdout.write(f"  + {n}\n"), sys.stdout.flush()))
-                             if options.get("verbosity", 1) >= 2 else None)
+                demo_trickle(setup=setup, interval=interval, agents=agents, public_url=public_url, stop=stop)
             except KeyboardInterrupt:
                 pass
             self.stdout.write("trickle stopped")
+
+    def serve(self, addr: str, *, setup, trickle: bool, interval: float, agents: int, public_url: str) -> None:
+        """One process for the quick start: the server, the demo's trickle and simulator (so
+        "Reconcile now" looks the demo's operations up in the same simulator the agents wrote
+        to), and the periodic jobs that beat runs in production."""
+        from django.core.management import call_command
+
+        from callgate.celery import run_periodic_in_process
+        from callgate.demo import demo_trickle
+
+        stop = threading.Event()
+        threading.Thread(target=run_periodic_in_process, args=(stop,), daemon=True, name="periodic").start()
+        if trickle:
+            threading.Thread(target=demo_trickle, daemon=True, name="trickle", kwargs=dict(
+                setup=setup, interval=interval, agents=agents, public_url=public_url, stop=stop)).start()
+        self.stdout.write(f"serving on http://{addr}/ with the periodic jobs"
+                          + (f" and a call every {interval:g} s" if trickle else ""))
+        try:
+            call_command("runserver", addr, use_reloader=False)
+        finally:
+            stop.set()
