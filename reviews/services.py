@@ -431,13 +431,21 @@ def approve_retry_guard(call: ToolCall, *, absent: bool | None = None) -> str:
     return ""
 
 
-def queue_approve_action(item: ReviewItem) -> tuple[str, str]:
+#: Why the queue's one-key approve of an approval request is off until the operator claimed it.
+QUEUE_APPROVE_NEEDS_CLAIM = ("Claim it first (c), or open it (Enter) to check the arguments: "
+                             "approving lets the agent execute the call.")
+
+
+def queue_approve_action(item: ReviewItem, *, user=None) -> tuple[str, str]:
     """The queue's one-key approve for a row: (decision, why it is unavailable or "").
-    Uses ``item.has_absent`` (annotated by ``queue_items``) instead of a query per row."""
+    Approving an approval request from the list is a blind write, so it needs the row to be
+    claimed by ``user`` (a live lease) first. Uses ``item.has_absent`` (annotated by
+    ``queue_items``) instead of a query per row."""
     if not item.is_open:
         return "", "closed"
     if item.kind == ReviewItem.Kind.APPROVAL:
-        return "approve", ""
+        mine = user is not None and item.lease_active() and item.assignee_id == user.pk
+        return "approve", "" if mine else QUEUE_APPROVE_NEEDS_CLAIM
     return "approve_retry", approve_retry_guard(item.call, absent=getattr(item, "has_absent", None))
 
 

@@ -290,6 +290,11 @@ def decide(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _answer(request, item, error="Unknown decision.", status=422)
     decision = form.cleaned_data["decision"]
+    if (request.POST.get("from") == "queue" and decision == "approve" and item.is_open
+            and item.kind == ReviewItem.Kind.APPROVAL
+            and not (item.lease_active() and item.assignee_id == request.user.pk)):
+        # the list's one-key approve acts only on an approval request the operator claimed
+        return _answer(request, item, error=services.QUEUE_APPROVE_NEEDS_CLAIM, status=422)
     return _run(
         request, item,
         lambda: services.review_item_decide(item=item, user=request.user, decision=decision,

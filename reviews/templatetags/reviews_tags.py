@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from django import template
 
+from callgate.taxonomy import category_of
 from reviews import services
 
 register = template.Library()
@@ -16,9 +17,9 @@ def short_op(value: str) -> str:
 
 
 @register.simple_tag
-def approve_action(item) -> dict:
-    """{"decision", "why", "label"} of the queue row's one-key approve."""
-    decision, why = services.queue_approve_action(item)
+def approve_action(item, user=None) -> dict:
+    """{"decision", "why", "label"} of the queue row's one-key approve for ``user``."""
+    decision, why = services.queue_approve_action(item, user=user)
     return {"decision": decision, "why": why, "label": "Approve" if decision == "approve" else "Approve retry"}
 
 
@@ -36,3 +37,13 @@ def get(mapping, key):
 @register.filter
 def facet_label(value: str) -> str:
     return value or "(none)"
+
+
+@register.filter
+def reason_category(reason: str) -> str:
+    """The taxonomy category of ``reason`` (the badge's colour class: ``cat-<category>``), so
+    a badge's colour always belongs to the reason it shows; "" for an unknown reason."""
+    try:
+        return category_of(reason)
+    except (ValueError, KeyError):
+        return ""

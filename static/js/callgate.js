@@ -3,8 +3,9 @@
 // Lists: rows carry data-row and (optionally) data-href; j/k move the selection, Enter
 // opens, x toggles the row's checkbox. Pages register extra keys with
 // <button data-key="c"> (the button is clicked when the key is pressed). "?" opens
-// the shortcuts dialog; "g c" / "g r" jump to calls / review. Selection survives htmx
-// swaps because it is remembered by the row's id.
+// the shortcuts dialog (entries with data-help-when show only while their key works);
+// "g c" / "g r" jump to calls / review. Selection survives htmx swaps because it is
+// remembered by the row's id.
 (function () {
   "use strict";
   let selectedId = null;
@@ -34,6 +35,19 @@
     return target.closest("input, textarea, select, [contenteditable]") !== null;
   }
 
+  // The help dialog lists only keys that work right now: a <dt data-help-when="CSS selector">
+  // (and the <dd> after it) is hidden while nothing on the page matches the selector,
+  // e.g. data-help-when='[data-key="a"]:not([disabled])'.
+  function showOnlyWorkingKeys(dialog) {
+    dialog.querySelectorAll("dt[data-help-when]").forEach((dt) => {
+      let works = false;
+      try { works = document.querySelector(dt.dataset.helpWhen) !== null; } catch (e) { works = true; }
+      dt.hidden = !works;
+      const dd = dt.nextElementSibling;
+      if (dd && dd.tagName === "DD") dd.hidden = !works;
+    });
+  }
+
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
     const key = event.key;
@@ -46,7 +60,7 @@
     if (key === "g") { pendingG = true; return; }
     if (key === "?") {
       const dialog = document.getElementById("shortcuts");
-      if (dialog && !dialog.open) dialog.showModal();
+      if (dialog && !dialog.open) { showOnlyWorkingKeys(dialog); dialog.showModal(); }
       event.preventDefault();
       return;
     }
@@ -79,6 +93,17 @@
     }
     return "";
   }
+  // <time datetime="…" data-local>: the local clock time today ("07:54:59"), with the date
+  // on any other day ("29 Nov, 07:54:59"; the year too when it is not this year), so a
+  // timeline spanning midnight reads in order. The exact UTC time is on hover.
+  const clock = { hour: "2-digit", minute: "2-digit", second: "2-digit" };
+  function localTime(date) {
+    const now = new Date();
+    if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString([], clock);
+    const day = { month: "short", day: "numeric", ...clock };
+    if (date.getFullYear() !== now.getFullYear()) day.year = "numeric";
+    return date.toLocaleString([], day);
+  }
   function refreshTimes(root) {
     (root || document).querySelectorAll("time[data-relative]").forEach((el) => {
       const date = new Date(el.getAttribute("datetime"));
@@ -89,7 +114,7 @@
     (root || document).querySelectorAll("time[data-local]").forEach((el) => {
       const date = new Date(el.getAttribute("datetime"));
       if (isNaN(date)) return;
-      el.textContent = date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+      el.textContent = localTime(date);
       el.title = date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
     });
     // Countdowns: <span data-countdown="ISO time">.
@@ -122,6 +147,11 @@
     if (form && event.target.matches("select")) form.requestSubmit();
   });
 
+  // htmx "settles" class/style/width/height of elements kept by id across a swap by copying
+  // them with setAttribute; copying a style attribute (e.g. a textarea the user resized) is an
+  // inline style the CSP blocks. We never style by attribute, so only settle the others.
+  if (window.htmx) htmx.config.attributesToSettle = htmx.config.attributesToSettle.filter((a) => a !== "style");
+
   document.addEventListener("DOMContentLoaded", () => refreshTimes(document));
   document.addEventListener("htmx:afterSwap", (event) => {
     refreshTimes(event.target);
@@ -131,5 +161,5 @@
     }
   });
   setInterval(() => refreshTimes(document), 1000);
-  window.callgate = { refreshTimes, select };
+  window.callgate = { refreshTimes, select, localTime };
 })();

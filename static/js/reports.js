@@ -72,8 +72,17 @@
     });
   }
 
+  // wide tables scroll inside their card: mark the ones that do, for the edge shadow and note
+  function markOverflow() {
+    document.querySelectorAll(".table-scroll").forEach((box) => {
+      box.classList.toggle("overflowing", box.scrollWidth > box.clientWidth + 1);
+    });
+  }
+
   function start() {
     draw();
+    markOverflow();
+    window.addEventListener("resize", markOverflow);
     if (window.matchMedia) window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", draw);
   }
 

@@ -73,6 +73,13 @@ class BrowserReportsTests(BrowserTestCase):
                     # Chart.js sized the canvas: it drew something
                     assert page.evaluate("(c) => Chart.getChart(c) !== undefined", canvas.element_handle()), (name, i)
                 assert page.locator("table.report-table").count() >= 1
+                if name == "overview":  # bars use the chart shades (--chart-*), one distinct colour per category
+                    fills = page.evaluate("""() => Chart.getChart(document.getElementById('chart-categories')).data.datasets
+                        .map((d) => [d.label, d.backgroundColor])""")
+                    assert len(fills) >= 10 and len({f for _, f in fills}) == len(fills), (scheme, fills)
+                    expected = page.evaluate("""() => ['ok', 'transient', 'approval', 'duplicate', 'denied', 'tool_error']
+                        .map((c) => getComputedStyle(document.documentElement).getPropertyValue('--chart-' + c).trim())""")
+                    assert all(expected) and set(expected) <= {f for _, f in fills}, (scheme, expected, fills)
                 page.screenshot(path=str(artifact_path(f"reports-{name}-{scheme}")), full_page=True)
             assert errors == [], errors
             context.close()

@@ -363,18 +363,22 @@ class ReportFindingsTests(ReportFixture):
         assert f.until == datetime(9000, 6, 2, tzinfo=UTC)
 
     def test_it_answers_400_for_extreme_dates_and_nul_in_the_api(self):
-        for params, field in self.BAD_MOMENTS + self.NUL_VALUES:
+        for params, field in self.BAD_MOMENTS:
             response = self.api().get("/api/v1/reports/categories", params)
             assert response.status_code == 400, (params, response.status_code)
             assert response.json()["errors"][0]["loc"] == field, (params, response.json())
+        for params, _ in self.NUL_VALUES:  # a site-wide check may answer before the report does
+            assert self.api().get("/api/v1/reports/categories", params).status_code == 400, params
 
     def test_it_answers_400_for_extreme_dates_and_nul_on_the_pages(self):
         self.client.force_login(self.maria)
         for page in ("", "reliability/", "review/"):
-            for params, field in self.BAD_MOMENTS + self.NUL_VALUES:
+            for params, field in self.BAD_MOMENTS:
                 response = self.client.get(f"/p/acme/reports/{page}", params)
                 assert response.status_code == 400, (page, params, response.status_code)
                 assert f"Filter <strong>{field}</strong>" in response.content.decode(), (page, params)
+            for params, _ in self.NUL_VALUES:
+                assert self.client.get(f"/p/acme/reports/{page}", params).status_code == 400, (page, params)
 
     def test_it_shows_a_dash_for_time_to_decision_without_human_decisions(self):
         try:

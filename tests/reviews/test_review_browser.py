@@ -1,13 +1,15 @@
 """The review queue in a real browser (system Chromium via Playwright)."""
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
 from unittest import mock
 
 import httpx
+from django.utils import timezone
 
-from callgate.models import ToolCall
+from callgate.models import CallEvent, ToolCall
 from reviews import services
 from reviews.models import ReviewItem
 from tests.browser_support import BrowserTestCase
@@ -26,10 +28,9 @@ def target_without_the_operation() -> httpx.Client:
 
 class ReviewBrowserTests(BrowserTestCase):
     def snapshot(self, name: str) -> None:
-        """Screenshot, then drop the empty ``style`` attributes Playwright's screenshot leaves
-        behind: htmx's settle step would copy them (a CSP violation of the test, not ours)."""
+        """Screenshot. Playwright's screenshot leaves empty ``style`` attributes on inputs (as a
+        user resizing the comment box leaves one); htmx must not copy them on the next swap."""
         self.screenshot(name)
-        self.page.evaluate("document.querySelectorAll('[style]').forEach(e => e.removeAttribute('style'))")
 
     def item_path(self, item) -> str:
         return f"/p/{self.project.slug}/review/{item.pk}/"
@@ -133,14 +134,31 @@ class ReviewBrowserTests(BrowserTestCase):
                 break
             self.page.keyboard.press("j")
             selected = self.page.locator("tr[aria-selected=true]")
-            if selected.count() != 1 or selected.locator("button[data-key=a]:not([disabled])").count() == 0:
+            if selected.count() != 1:
                 continue
             row_id = selected.get_attribute("id")
-            self.page.keyboard.press("a")
+            if selected.locator("button[data-key=a]:not([disabled])").count() == 0:
+                if selected.locator("button[data-key=c]:not([disabled])").count() == 0:
+                    continue
+                # an approval request: the list approves it only once claimed, so claim it first
+                with self.page.expect_response(lambda r: "/claim/" in r.url, timeout=12_000):
+                    self.page.keyboard.press("c")
+                try:
+                    # ... and settled: htmx binds the new row's buttons when it drops "htmx-added"
+                    self.page.wait_for_function(
+                        "id => !document.getElementById(id) || (document.querySelector(`#${id} .rowflash`)"
+                        " && !document.querySelector(`#${id}.htmx-added`))", arg=row_id, timeout=12_000)
+                except Exception:
+                    raise AssertionError(f"{row_id} not claimed; failed responses: {failures}")
+                if self.page.locator(f"#{row_id}[aria-selected=true] button[data-key=a]:not([disabled])").count() == 0:
+                    continue
             # the answer swaps the row (or the 5 s refresh already dropped the decided row)
             try:
+                with self.page.expect_response(lambda r: "/decide/" in r.url, timeout=12_000):
+                    self.page.keyboard.press("a")
                 self.page.wait_for_function(
-                    "id => !document.getElementById(id) || document.querySelector(`#${id} .rowflash`)", arg=row_id,
+                    "id => !document.getElementById(id) || (document.querySelector(`#${id} .rowflash`)"
+                    " && !document.querySelector(`#${id} button[data-key=a]:not([disabled])`))", arg=row_id,
                     timeout=12_000)
             except Exception:
                 raise AssertionError(f"{row_id} stuck; failed responses: {failures}; "
@@ -200,4 +218,73 @@ class ReviewBrowserTests(BrowserTestCase):
         self.page.locator(f"#item-{approval.pk} [data-countdown]").wait_for()
         assert "left" in self.page.locator(f"#item-{approval.pk} [data-countdown]").inner_text()
         self.screenshot("review-queue-dark")
+        self.assert_no_console_errors()
+
+    def test_it_dates_local_times_that_are_not_today(self):
+        item = make_item(self.project, self.agent, reason="not_reconcilable")
+        yesterday = timezone.now() - timedelta(days=1)
+        CallEvent.objects.filter(call=item.call).update(received_at=yesterday, occurred_at=yesterday)
+        CallEvent.objects.create(project=self.project, call=item.call, kind=CallEvent.Kind.ATTEMPT,
+                                 body={"type": "attempt", "attempt": 2, "outcome": "timeout", "sent": True},
+                                 occurred_at=timezone.now(), received_at=timezone.now())
+        ToolCall.objects.filter(pk=item.call_id).update(decision="approve_retry", decided_at=yesterday,
+                                                        decided_by=self.bob)
+        self.login("alice")
+        self.visit(self.item_path(item))
+        times = self.page.locator("ol.timeline time[data-local]")
+        self.page.wait_for_function("() => /, /.test(document.querySelector('ol.timeline time[data-local]').textContent)")
+        texts = times.all_inner_texts()
+        dated, clock = r"^\d{1,2} [A-Z][a-z]{2}, \d{2}:\d{2}:\d{2}$", r"^\d{2}:\d{2}:\d{2}$"  # en-GB, UTC
+        assert re.match(dated, texts[0]), texts  # yesterday's proposal: with its date, first
+        assert all(re.match(clock, t) for t in texts[1:]), texts  # today's: the time alone
+        assert times.first.get_attribute("title").endswith(" UTC")
+        decided = self.page.locator("dl.meta dd", has_text="approve_retry").locator("time[data-local]")
+        assert re.match(dated, decided.inner_text()), decided.inner_text()
+        assert decided.inner_text() == self.page.evaluate(
+            "iso => window.callgate.localTime(new Date(iso))", yesterday.isoformat())
+        self.screenshot("review-item-dated-times")
+        self.assert_no_console_errors()
+
+    def visible_help_keys(self) -> list[str]:
+        self.page.keyboard.press("?")
+        dialog = self.page.locator("dialog#shortcuts")
+        dialog.wait_for()
+        keys = [dt.inner_text() for dt in dialog.locator("dt").all() if dt.is_visible()]
+        self.page.keyboard.press("Escape")
+        return keys
+
+    def test_it_lists_exactly_the_keys_that_work_in_the_help(self):
+        guarded = make_item(self.project, self.agent, reason="outcome_unknown")
+        approval = make_item(self.project, self.agent, kind="approval")
+        self.login("alice")
+        self.visit(f"/p/{self.project.slug}/review/")
+        self.page.locator(f"#item-{guarded.pk}").wait_for()
+        assert self.visible_help_keys() == ["j / k", "Enter", "x", "c", "a", "r", "g c", "?"]
+        assert "claimed" in self.page.locator("dialog#shortcuts dd").nth(4).inner_text()
+        # the guarded escalation: approve retry needs an override; its contract reconciles over HTTP
+        self.visit(self.item_path(guarded))
+        assert self.visible_help_keys() == ["c", "r", "o", "x", "m", "f", "n", "u", "?"]
+        self.page.keyboard.press("c")
+        self.page.get_by_text("Claimed. The claim lapses").wait_for()
+        assert self.visible_help_keys() == ["r", "o", "x", "m", "f", "n", "u", "?"]  # after the swap too
+        self.visit(self.item_path(approval))
+        assert self.visible_help_keys() == ["c", "r", "a", "x", "e", "n", "u", "?"]
+        self.page.keyboard.press("x")  # x rejects on the item page, as the help says
+        self.page.get_by_label("Reason (the agent reads it as the observation)").wait_for()
+        self.assert_no_console_errors()
+
+    def test_it_opens_the_inline_forms_without_inline_styles(self):
+        item = make_item(self.project, self.agent, reason="retry_exhausted")
+        self.login("bob")
+        self.visit(self.item_path(item))
+        self.snapshot("review-item-before-confirm")  # leaves style="" on the inputs
+        # an operator drags the comment box bigger: the browser sets its size as an inline style
+        self.page.locator("form.commentform textarea").evaluate("el => { el.style.height = '9rem'; }")
+        for key, label in (("x", "Reason (the agent reads it as the observation)"), ("f", "Reason")):
+            self.page.keyboard.press(key)
+            reason = self.page.get_by_label(label, exact=True)
+            reason.wait_for()
+            self.page.wait_for_timeout(300)  # htmx settles after 20 ms
+            self.page.get_by_role("link", name="Cancel").click()
+            reason.wait_for(state="detached")
         self.assert_no_console_errors()

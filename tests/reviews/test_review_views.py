@@ -113,6 +113,20 @@ class ReviewQueuePageTests(ReviewPageTestCase):
             assert 'class="new' not in response.content.decode()
             assert self.client.get(self.queue_url(), {"seen": seen}).status_code == 200
 
+    def test_it_colours_each_badge_by_the_category_of_the_reason_it_shows(self):
+        item = make_item(self.project, self.agent, reason="not_reconcilable")
+        approval = make_item(self.project, self.agent, kind="approval")
+        # the call moved on (a reconciliation found nothing); the item keeps the reason it was opened for
+        ToolCall.objects.filter(pk=item.call_id).update(reason="reconciled_absent", category="reconciliation")
+        ToolCall.objects.filter(pk=approval.call_id).update(category="")
+        self.login(self.alice)
+        body = self.client.get(self.queue_url()).content.decode()
+        assert '<span class="badge cat-unknown_outcome">not_reconcilable</span>' in body
+        assert '<span class="badge cat-approval">approval_pending</span>' in body
+        assert "cat-reconciliation" not in body
+        page = self.client.get(self.item_url(item)).content.decode()
+        assert 'class="badge cat-reconciliation" title="current reason of the call">reconciled_absent</span>' in page
+
     def test_it_says_when_the_queue_is_empty(self):
         self.login(self.alice)
         body = self.client.get(self.queue_url()).content.decode()
@@ -318,9 +332,36 @@ class ReviewItemPageTests(ReviewPageTestCase):
 
     def test_it_acts_from_a_queue_row(self):
         item = make_item(self.project, self.agent, kind="approval")
+        services.review_item_claim(item=item, user=self.alice)
         self.login(self.alice)
         response = self.client.post(self.item_url(item, "reviews:decide"), {"decision": "approve", "from": "queue"},
                                     **HTMX)
         body = response.content.decode()
         assert response.status_code == 200 and body.lstrip().startswith("<tr")
         assert "Approved" in body
+
+    def test_it_approves_an_approval_from_the_queue_only_once_claimed_by_me(self):
+        item = make_item(self.project, self.agent, kind="approval")
+        self.login(self.alice)
+        row = f'id="item-{item.pk}"'
+        body = self.client.get(self.queue_url()).content.decode()
+        button = body[body.index(row):].split('data-key="a"', 1)[1].split(">", 1)[0]
+        assert " disabled " in button and "Claim it first" in button
+        decide = self.item_url(item, "reviews:decide")
+        response = self.client.post(decide, {"decision": "approve", "from": "queue"}, **HTMX)
+        assert response.status_code == 422 and "Claim it first" in response.content.decode()
+        services.review_item_claim(item=ReviewItem.objects.get(pk=item.pk), user=self.bob)
+        response = self.client.post(decide, {"decision": "approve", "from": "queue"}, **HTMX)  # bob's claim
+        assert response.status_code == 422
+        assert ToolCall.objects.get(pk=item.call_id).state == "pending_approval"
+        assert ReviewItem.objects.get(pk=item.pk).status == "claimed"
+
+        services.review_item_release(item=ReviewItem.objects.get(pk=item.pk), user=self.bob)
+        response = self.client.post(self.item_url(item, "reviews:claim"), {"from": "queue"}, **HTMX)
+        button = response.content.decode().split('data-key="a"', 1)[1].split(">", 1)[0]
+        assert "disabled" not in button
+        response = self.client.post(decide, {"decision": "approve", "from": "queue"}, **HTMX)
+        assert response.status_code == 200 and "Approved" in response.content.decode()
+        # the item page approves without a claim: the operator sees the arguments there
+        other = make_item(self.project, self.agent, kind="approval")
+        assert self.client.post(self.item_url(other, "reviews:decide"), {"decision": "approve"}, **HTMX).status_code == 200
