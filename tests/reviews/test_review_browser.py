@@ -32,6 +32,12 @@ class ReviewBrowserTests(BrowserTestCase):
         user resizing the comment box leaves one); htmx must not copy them on the next swap."""
         self.screenshot(name)
 
+    def wait_until_htmx_idle(self) -> None:
+        """No swap settling (htmx binds swapped-in buttons only once settled: a key pressed
+        during the 5 s refresh's 20 ms settle would click a dead button) and no request."""
+        self.page.wait_for_function(
+            "() => !document.querySelector('.htmx-added, .htmx-settling, .htmx-swapping, .htmx-request')")
+
     def item_path(self, item) -> str:
         return f"/p/{self.project.slug}/review/{item.pk}/"
 
@@ -141,24 +147,20 @@ class ReviewBrowserTests(BrowserTestCase):
                 if selected.locator("button[data-key=c]:not([disabled])").count() == 0:
                     continue
                 # an approval request: the list approves it only once claimed, so claim it first
+                self.wait_until_htmx_idle()
                 with self.page.expect_response(lambda r: "/claim/" in r.url, timeout=12_000):
                     self.page.keyboard.press("c")
-                try:
-                    # ... and settled: htmx binds the new row's buttons when it drops "htmx-added"
-                    self.page.wait_for_function(
-                        "id => !document.getElementById(id) || (document.querySelector(`#${id} .rowflash`)"
-                        " && !document.querySelector(`#${id}.htmx-added`))", arg=row_id, timeout=12_000)
-                except Exception:
-                    raise AssertionError(f"{row_id} not claimed; failed responses: {failures}")
+                self.wait_until_htmx_idle()  # the claimed row swapped in and settled
                 if self.page.locator(f"#{row_id}[aria-selected=true] button[data-key=a]:not([disabled])").count() == 0:
                     continue
             # the answer swaps the row (or the 5 s refresh already dropped the decided row)
             try:
+                self.wait_until_htmx_idle()
                 with self.page.expect_response(lambda r: "/decide/" in r.url, timeout=12_000):
                     self.page.keyboard.press("a")
+                self.wait_until_htmx_idle()
                 self.page.wait_for_function(
-                    "id => !document.getElementById(id) || (document.querySelector(`#${id} .rowflash`)"
-                    " && !document.querySelector(`#${id} button[data-key=a]:not([disabled])`))", arg=row_id,
+                    "id => !document.querySelector(`#${id} button[data-key=a]:not([disabled])`)", arg=row_id,
                     timeout=12_000)
             except Exception:
                 raise AssertionError(f"{row_id} stuck; failed responses: {failures}; "
