@@ -725,6 +725,25 @@ def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:
     rollups_rebuild(project_id=project.pk)
 
 
+def _fleet(*, setup: DemoSetup, sim: SimulatorService, rng, base_url: str, public_url: str, run_tag: str,
+           **client_options: Any) -> "Fleet":
+    """A fleet of SDK clients (one per demo agent, in-process, on virtual time) with the demo's
+    contracts registered; look-up URLs point at the simulator under ``public_url``."""
+    from django.contrib.auth import get_user_model
+
+    time_ = VirtualTime()
+    transport = callgate_transport()
+    clients = {name: CallgateClient(base_url, key, transport=transport, flush_interval=None, execute_timeout=None,
+                                    sleep=time_.sleep, clock=time_.clock, wait_limit=30, **client_options)
+               for name, key in setup.keys.items()}
+    specs = contracts(f"{public_url.rstrip('/')}{SIMULATOR_PATH}")
+    for client in clients.values():
+        for name, spec in specs.items():
+            client.register_tool(name, **spec)
+    operator = get_user_model().objects.get(username="operator")
+    return Fleet(clients=clients, sim=sim, rng=rng, time_=time_, operator=operator, run_tag=run_tag)
+
+
 def demo_run(*, seed: int = 1, agents: int = 4, calls: int = 60, base_url: str = "http://localhost",
              public_url: str = "http://127.0.0.1:8000", spread_days: int = 7,
              progress: Callable[[int, int, str], None] | None = None,
@@ -734,7 +753,6 @@ def demo_run(*, seed: int = 1, agents: int = 4, calls: int = 60, base_url: str =
     Returns the set-up (passwords, keys) and the statistics."""
     import random
 
-    from django.contrib.auth import get_user_model
     from django.utils import timezone
 
     rng = random.Random(seed)
@@ -742,21 +760,10 @@ def demo_run(*, seed: int = 1, agents: int = 4, calls: int = 60, base_url: str =
     setup = demo_setup(agents=agents)
     started = timezone.now()
     sim = sim or default_service()
-    time_ = VirtualTime()
-    transport = callgate_transport()
-    clients = {
-        name: CallgateClient(base_url, key, transport=transport, flush_interval=None, execute_timeout=None,
-                             sleep=time_.sleep, clock=time_.clock, wait_limit=30, poll_interval=1,
-                             breaker_threshold=3, breaker_cooldown=30)
-        for name, key in setup.keys.items()
-    }
-    specs = contracts(f"{public_url.rstrip('/')}{SIMULATOR_PATH}")
-    for client in clients.values():
-        for name, spec in specs.items():
-            client.register_tool(name, **spec)
-    operator = get_user_model().objects.get(username="operator")
-    fleet = Fleet(clients=clients, sim=sim, rng=rng, time_=time_, operator=operator,
-                  run_tag=f"s{seed}-{uuid.uuid4().hex[:6]}")
+    fleet = _fleet(setup=setup, sim=sim, rng=rng, base_url=base_url, public_url=public_url,
+                   run_tag=f"s{seed}-{uuid.uuid4().hex[:6]}", poll_interval=1, breaker_threshold=3,
+                   breaker_cooldown=30)
+    clients = fleet.clients
     plan = fleet.plan(max(calls, len(Fleet.COVERAGE)))
     with reconcile_through(sim):
         for done, name in enumerate(plan, start=1):
@@ -779,24 +786,13 @@ def demo_trickle(*, setup: DemoSetup | None = None, interval: float = 5.0, agent
     reused, the printed passwords stay valid); without it the demo is set up afresh."""
     import random
 
-    from django.contrib.auth import get_user_model
-
     stop = stop or threading.Event()
     rng = random.Random()
     setup = setup or demo_setup(agents=agents)
     sim = default_service()
-    time_ = VirtualTime()
-    transport = callgate_transport()
-    clients = {name: CallgateClient(base_url, key, transport=transport, flush_interval=None, execute_timeout=None,
-                                    sleep=time_.sleep, clock=time_.clock, wait_limit=30)
-               for name, key in setup.keys.items()}
-    specs = contracts(f"{public_url.rstrip('/')}{SIMULATOR_PATH}")
-    for client in clients.values():
-        for name, spec in specs.items():
-            client.register_tool(name, **spec)
-    operator = get_user_model().objects.get(username="operator")
-    fleet = Fleet(clients=clients, sim=sim, rng=rng, time_=time_, operator=operator,
-                  run_tag=f"t-{uuid.uuid4().hex[:6]}")
+    fleet = _fleet(setup=setup, sim=sim, rng=rng, base_url=base_url, public_url=public_url,
+                   run_tag=f"t-{uuid.uuid4().hex[:6]}")
+    clients = fleet.clients
     pool, weights = zip(*Fleet.MIX.items())
     with reconcile_through(sim):
         while not stop.wait(interval):
