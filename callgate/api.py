@@ -10,7 +10,7 @@ import json
 import re
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, extend_schema
 from pydantic import ValidationError
 from rest_framework import exceptions, status
 from rest_framework.request import Request

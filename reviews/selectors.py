@@ -239,8 +239,6 @@ def reconcile_progress(*, item) -> dict | None:
 
 def item_neighbours(*, item, user) -> dict:
     """The next open item in queue order after ``item`` (for "decide and go to the next")."""
-    from reviews.models import ReviewItem
-
     qs = queue_items(project=item.project, filters=QueueFilters(), user=user).exclude(pk=item.pk)
     nxt = qs.filter(Q(priority__gt=item.priority) | Q(priority=item.priority, created_at__gte=item.created_at)).first()
     return {"next": nxt or qs.first()}

@@ -10,7 +10,7 @@ import httpx
 from django.test import SimpleTestCase, override_settings
 from django.utils import timezone
 
-from callgate import reconcile, services
+from callgate import reconcile
 from callgate.models import CallEvent, ToolCall, ToolContract
 from callgate.reconcile import (
     ABSENT,

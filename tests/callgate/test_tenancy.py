@@ -6,7 +6,6 @@ format of ``/api/v1/`` (see the preamble / DESIGN.md)."""
 from __future__ import annotations
 
 import re
-import uuid
 
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
