@@ -21,7 +21,10 @@ def project_overview(*, project: Project) -> dict:
         failed=Count("id", filter=~Q(category__in=[Category.OK, Category.EMPTY_RESULT, ""])),
     )
     by_category = {row["category"]: row["n"] for row in calls.values("category").annotate(n=Count("id"))}
+    from reviews.selectors import open_item_count
+
     return {
+        "open_reviews": open_item_count(project=project),
         "since": since,
         "total": totals["total"],
         "failed": totals["failed"],
