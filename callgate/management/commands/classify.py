@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 import sys
 
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from pydantic import ValidationError
 
 from callgate.replay import read_cases, replay_case
@@ -18,6 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("path", help="a JSON-lines case file, or - for standard input")
 
     def handle(self, *args, path: str, **options):
+        self.migrate_if_needed()
         try:
             stream = sys.stdin if path == "-" else open(path, encoding="utf-8")
         except OSError as exc:
@@ -38,3 +42,11 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps(result, ensure_ascii=False))
         if failed:
             raise CommandError(f"{failed} line(s) could not be read")
+
+    def migrate_if_needed(self) -> None:
+        """A replay needs the tables (it runs in a transaction that is rolled back); a fresh
+        checkout's embedded SQLite database has none yet, so migrate it first."""
+        executor = MigrationExecutor(connection)
+        if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+            self.stderr.write("classify: migrating the database first")
+            call_command("migrate", verbosity=0, interactive=False)
