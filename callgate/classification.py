@@ -512,7 +512,8 @@ def classify_decision(*, decision: str, reason: str, contract_name: str, current
     is ``approval_rejected`` with the operator's reason as the observation; ``approve_retry``
     sends the call back to ``retry``; ``mark_applied`` is ``reconciled_applied``; ``reject`` and
     ``mark_failed`` of an escalated call keep its reason with route ``stop``."""
-    said = f" Reason: {reason.strip()}" if reason and reason.strip() else ""
+    text = (reason or "").strip()
+    said = f" Reason: {text}{'' if text.endswith(('.', '!', '?')) else '.'}" if text else ""
     if decision == "approve":
         return ALLOWED
     if decision == "reject" and current in (R.APPROVAL_PENDING, None):
