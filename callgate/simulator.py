@@ -380,17 +380,9 @@ class SimulatorService:
                     {"operation_id": key, "receipt": existing["receipt"]},
                     [("Idempotent-Replayed", "true")],
                 )
-            ticket = self.tickets.get(request["ticket_id"])
-            if ticket is None or ticket["status"] == "deleted":
-                return SimResponse.json(404, {"error": f"ticket {request['ticket_id']} not found"})
-            if ticket["tenant"] != tenant:
-                return SimResponse.json(
-                    403,
-                    {
-                        "error": f"ticket {ticket['id']} belongs to tenant {ticket['tenant']}",
-                        "owner": ticket["tenant"],
-                    },
-                )
+            ticket, refused = self._ticket_for(tenant, request["ticket_id"])
+            if refused is not None:
+                return refused
             if ticket["status"] == "closed":
                 return SimResponse.json(409, {"error": f"ticket {ticket['id']} is closed"})
             self._follow_up_seq += 1
@@ -425,6 +417,17 @@ class SimulatorService:
                 time.sleep(float(failure.options.get("delay", 0)))
             return SimResponse.json(504, {"error": "gateway timeout"})
         return SimResponse.json(201, {"operation_id": key, "receipt": receipt})
+
+    def _ticket_for(self, tenant: str, ticket_id: str) -> tuple[dict | None, SimResponse | None]:
+        """``(ticket, None)`` when ``tenant`` may use it, else ``(None, 404 or 403 answer)``; the 403
+        names the owning tenant on purpose (callgate must never pass that on)."""
+        ticket = self.tickets.get(ticket_id)
+        if ticket is None or ticket["status"] == "deleted":
+            return None, SimResponse.json(404, {"error": f"ticket {ticket_id} not found"})
+        if ticket["tenant"] != tenant:
+            return None, SimResponse.json(
+                403, {"error": f"ticket {ticket_id} belongs to tenant {ticket['tenant']}", "owner": ticket["tenant"]})
+        return ticket, None
 
     @staticmethod
     def _validate(request: Any) -> list[str]:
@@ -468,17 +471,9 @@ class SimulatorService:
                     if t["tenant"] == tenant and t["status"] != "deleted"
                 ]
                 return SimResponse.json(200, {"tickets": [dict(t) for t in mine]})
-            ticket = self.tickets.get(ticket_id)
-            if ticket is None or ticket["status"] == "deleted":
-                return SimResponse.json(404, {"error": f"ticket {ticket_id} not found"})
-            if ticket["tenant"] != tenant:
-                return SimResponse.json(
-                    403,
-                    {
-                        "error": f"ticket {ticket_id} belongs to tenant {ticket['tenant']}",
-                        "owner": ticket["tenant"],
-                    },
-                )
+            ticket, refused = self._ticket_for(tenant, ticket_id)
+            if refused is not None:
+                return refused
             return SimResponse.json(200, dict(ticket))
 
     def _control(self, method: str, path: str, body: bytes) -> SimResponse:
