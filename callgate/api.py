@@ -1,13 +1,15 @@
 """REST API v1 for agents: thin views that parse, call a service, and answer.
 
 The ingest hot path validates with pydantic (``callgate.schemas``), never with DRF
-serializers, and stores a batch in a fixed number of queries (``callgate.ingest``).
+serializers, and stores a batch in the inbox in a fixed number of queries; the events are
+applied in order by ``callgate.tasks.drain_inbox`` (``callgate.ingest``).
 Every error answers ``{"error": "…", "errors": [{"loc": "field.path", "msg": "…"}]}``.
 """
 from __future__ import annotations
 
 import json
 import re
+import uuid
 
 from django.http import Http404
 from drf_spectacular.utils import OpenApiExample, extend_schema
@@ -20,12 +22,13 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from callgate import services
 from callgate.auth import AgentPrincipal
-from callgate.ingest import call_answer, events_apply
-from callgate.models import CallEvent, ToolCall
+from callgate.ingest import call_answer, event_answer, events_receive, inbox_drain
+from callgate.models import ToolCall
 from callgate.schemas import (
-    EVENT_ADAPTER, CallAnswer, CallDetail, ContractIn, ContractOut, ErrorBody, EventsResponse, GateRequest,
-    ProposedEvent, error_list,
+    EVENT_ADAPTER, CallAnswer, CallDetail, ContractIn, ContractOut, ErrorBody, EventsResponse, EventStatus,
+    GateRequest, ProposedEvent, error_list,
 )
+from callgate.tasks import drain_inbox_enqueue
 
 MAX_BATCH_EVENTS = 1000
 MAX_BATCH_BYTES = 5 * 1024 * 1024
@@ -89,15 +92,20 @@ def _no_constants(name: str):
 
 
 def _depth(value) -> int:
-    """Nesting depth of a parsed JSON value, without recursion."""
-    deepest, stack = 0, [(value, 1)]
+    """Nesting depth of a parsed JSON value: arrays and objects inside each other (a scalar
+    is 0, ``[]`` is 1, ``[{}]`` is 2). Without recursion; leaves are never pushed."""
+    if type(value) is not dict and type(value) is not list:
+        return 0
+    deepest, stack = 1, [(value, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, level = stack.pop()
-        deepest = max(deepest, level)
-        if isinstance(node, dict):
-            stack.extend((child, level + 1) for child in node.values())
-        elif isinstance(node, list):
-            stack.extend((child, level + 1) for child in node)
+        node, level = pop()
+        if level > deepest:
+            deepest = level
+        for child in node.values() if type(node) is dict else node:
+            kind = type(child)
+            if kind is dict or kind is list:
+                push((child, level + 1))
     return deepest
 
 
@@ -119,7 +127,10 @@ class EventsIngestApi(APIView):
             "(`accepted`, `duplicate` for an `event_id` seen before, or `rejected` with field paths), "
             "so one bad item never sinks the batch. **Status 200** when no item was rejected, "
             "**207 Multi-Status** when any was: treat 207 as a partial failure and fix the rejected items; "
-            "the others are stored. Event types and fields: see `shared/cases/README.md`."
+            "the others are stored. An accepted event is stored durably and applied to its call shortly "
+            "after, in arrival order: read its classification with `GET /api/v1/events/{event_id}` (or the "
+            "call's with `GET /api/v1/calls/{operation_id}`). To ask before executing, use the gate "
+            "`POST /api/v1/calls`, which answers at once. Event types and fields: see `shared/cases/README.md`."
         ),
         request={"application/json": {"oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}]}},
         responses={200: EventsResponse, 207: EventsResponse, 400: ErrorBody, 401: ErrorBody, 413: ErrorBody},
@@ -147,15 +158,17 @@ class EventsIngestApi(APIView):
                 results.append(None)
             except ValidationError as exc:
                 results.append({"index": index, "event_id": str(event_id) if event_id else None, "status": "rejected",
-                                "errors": error_list(exc, prefix=loc), "answer": None})
+                                "errors": error_list(exc, prefix=loc)})
         if valid:
-            outcomes = events_apply(project=principal.project, agent=principal.agent, events=[e for _, e in valid],
-                                    may_decide=principal.api_key.can_decide)
+            outcomes = events_receive(project=principal.project, agent=principal.agent,
+                                      events=[e for _, e in valid], may_decide=principal.api_key.can_decide)
             for (index, event), outcome in zip(valid, outcomes):
                 errors = [{"loc": f"{prefix}[{index}].{e['loc']}" if prefix else e["loc"], "msg": e["msg"]}
                           for e in outcome.errors]
                 results[index] = {"index": index, "event_id": str(event.event_id), "status": outcome.status,
-                                  "errors": errors, "answer": outcome.answer}
+                                  "errors": errors}
+            if any(o.status == "accepted" for o in outcomes):
+                drain_inbox_enqueue(principal.project.pk)
         counts = {s: sum(1 for r in results if r["status"] == s) for s in ("accepted", "duplicate", "rejected")}
         code = HTTP_207_MULTI_STATUS if counts["rejected"] else status.HTTP_200_OK
         return Response({"accepted": counts["accepted"], "duplicates": counts["duplicate"],
@@ -189,17 +202,41 @@ class GateCheckApi(APIView):
             request_id=gate.request_id, conversation_id=gate.conversation_id, trace_id=gate.trace_id, actor=gate.actor,
             **services.gate_envelope(gate),
         )
-        outcome = events_apply(project=principal.project, agent=principal.agent, events=[event])[0]
-        if outcome.status == "duplicate":  # a re-sent check (the answer was lost): where the call stands now
-            earlier = (CallEvent.objects.select_related("call__contract")
-                       .filter(project=principal.project, event_id=event.event_id, kind=CallEvent.Kind.PROPOSED).first())
-            if earlier is None:
-                return _error("This event_id was already used for another kind of event; send a new one.",
-                              [{"loc": "event_id", "msg": "already used"}], code=status.HTTP_409_CONFLICT)
-            return Response(call_answer(earlier.call))
-        if outcome.status != "accepted":
-            return _error(outcome.errors[0]["msg"], outcome.errors, code=status.HTTP_409_CONFLICT)
-        return Response(outcome.answer)
+        # the same path as /events, then applied at once (after any events received before it)
+        events_receive(project=principal.project, agent=principal.agent, events=[event])
+        inbox_drain(principal.project.pk, wait=True)
+        found = event_answer(principal.project, event.event_id)
+        if found is None or found["kind"] != "proposed":  # a re-sent check finds its first answer; not another kind
+            return _error("This event_id was already used for another kind of event; send a new one.",
+                          [{"loc": "event_id", "msg": "already used"}], code=status.HTTP_409_CONFLICT)
+        if found["status"] != "applied":
+            return _error(found["errors"][0]["msg"], found["errors"], code=status.HTTP_409_CONFLICT)
+        return Response(found["answer"])
+
+
+class EventDetailApi(APIView):
+    @extend_schema(
+        operation_id="events_retrieve",
+        summary="Where one reported event stands: pending, applied (with its classification) or rejected",
+        description=(
+            "`POST /api/v1/events` stores events and applies them shortly after, in arrival order. This answers "
+            "`pending` until then; `applied` with the answer as this event left the call (reason, category, "
+            "route, verdict, observation, state; attempts, receipt and decision are the call's now); or `rejected` with the "
+            "errors when the rules refused it (an attempt for an unknown call, a transition the call's state "
+            "does not allow). Poll with a short backoff while `pending`."
+        ),
+        responses={200: EventStatus, 400: ErrorBody, 401: ErrorBody, 404: ErrorBody},
+    )
+    def get(self, request: Request, event_id: str) -> Response:
+        principal = _agent(request)
+        try:
+            key = uuid.UUID(event_id)
+        except ValueError:
+            return _error("Invalid event_id: must be a UUID.", [{"loc": "event_id", "msg": "must be a UUID"}])
+        found = event_answer(principal.project, key)
+        if found is None:
+            raise Http404
+        return Response(found)
 
 
 class CallDetailApi(APIView):

@@ -1,5 +1,11 @@
-"""The one path every event takes: the REST API (``/events``, the gate ``/calls``), operator
-decisions, reconciliation results and the replay command all call ``events_apply``.
+"""The one path every event takes.
+
+Agents' events arrive through ``POST /api/v1/events`` and the gate ``POST /api/v1/calls``:
+``events_receive`` stores the validated envelopes in the inbox (``InboxEvent``, one
+statement per batch, duplicates recognised by event ID) and ``inbox_drain`` applies them in
+arrival order per project, from a Celery task for ``/events`` and at once for the gate.
+Operator decisions, reconciliation results and sweeps call ``events_apply`` directly; the
+replay command goes through ``events_receive`` and ``inbox_drain`` like the API.
 
 A batch is applied in one transaction with a fixed number of SQL queries whatever its
 size: everything the rules need is loaded up front (events already seen, calls, contracts,
@@ -12,23 +18,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
+import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import rfc8785
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from callgate import classification as cls
 from callgate import lifecycle
-from callgate.models import Agent, AgentTool, CallEvent, Project, RequestBudget, ToolCall, ToolContract
+from callgate.models import (
+    Agent, AgentTool, CallEvent, InboxEvent, Project, RequestBudget, ToolCall, ToolContract,
+)
 from callgate.providers import normalise
 from callgate.schemas import (
-    ApprovalExpiredEvent, AttemptEvent, DecisionEvent, DeniedEvent, ProposedEvent, ReceiptEvent, ReconciledEvent,
+    EVENT_ADAPTER, ApprovalExpiredEvent, AttemptEvent, DecisionEvent, DeniedEvent, ProposedEvent, ReceiptEvent,
+    ReconciledEvent,
 )
 from callgate.taxonomy import REASK_REASONS, Reason, Route
 
@@ -40,6 +52,7 @@ OBVIOUS_SECRETS = frozenset({
     "clientsecret", "privatekey", "sessionid", "cookie", "creditcard", "cardnumber", "cvv",
 })
 S = ToolCall.State
+logger = logging.getLogger(__name__)
 
 
 # --- helpers (pure) -----------------------------------------------------------------------
@@ -152,12 +165,10 @@ def call_answer(call: ToolCall, *, contract: ToolContract | None = None) -> dict
 @dataclass
 class Outcome:
     """What happened to one event: ``accepted``, ``duplicate`` (event ID seen before) or
-    ``rejected`` (with ``errors``). ``answer`` is the call's ``CallAnswer`` after the event."""
+    ``rejected`` (with ``errors``, each ``{"loc", "msg"}``)."""
 
     status: str
     errors: list[dict] = field(default_factory=list)
-    call: ToolCall | None = None
-    answer: dict | None = None
 
 
 class Rejected(Exception):
@@ -176,14 +187,14 @@ class _Prepared:
 
 
 #: Event types that record a human decision: an agent's key may report them only with
-#: ``ApiKey.can_decide`` (an agent runtime with its own approval UI).
+#: ``ApiKey.can_decide`` (an agent runtime with its own approval UI); ``events_receive``
+#: refuses them otherwise.
 DECISION_TYPES = frozenset({"decision", "approval_expired"})
 
 
 class _Batch:
-    def __init__(self, *, project: Project, agent: Agent, source: str, user=None, may_decide: bool = False):
+    def __init__(self, *, project: Project, agent: Agent, source: str, user=None):
         self.project, self.agent, self.source, self.user = project, agent, source, user
-        self.may_decide = may_decide or source != CallEvent.Source.AGENT
         self.now = timezone.now()
         self.calls: dict[str, ToolCall] = {}
         self.by_call_id: dict[tuple[str, str], ToolCall] = {}
@@ -270,9 +281,6 @@ class _Batch:
     def apply(self, index: int, event: Any) -> ToolCall:
         if isinstance(event, ProposedEvent):
             return self._proposed(event, self.prepared[index])
-        if event.type in DECISION_TYPES and not self.may_decide:
-            raise Rejected("type", f"this API key may not report {event.type!r} events: operators decide in the "
-                                   "review queue (keys with can_decide are for runtimes with their own approval UI)")
         call = self._find(event)
         state_before = call.state
         if isinstance(event, DecisionEvent):
@@ -458,10 +466,6 @@ class _Batch:
             route=result.route.value, observation=result.observation,
             state_before=state_before or "", state_after=call.state,
         )))
-        if not change:
-            call._answer_override = result  # the answer reflects this event, the call stays
-        else:
-            call._answer_override = None
         return call
 
     # saving: bulk operations ------------------------------------------------------------
@@ -512,28 +516,27 @@ def _enqueue_reconcile(call_ids: list[int]) -> None:
 
 
 def events_apply(*, project: Project, agent: Agent, events: list[Any], source: str = CallEvent.Source.AGENT,
-                 user=None, may_decide: bool = False) -> list[Outcome]:
+                 user=None) -> list[Outcome]:
     """Apply validated events (``callgate.schemas`` models) in order; one ``Outcome`` each.
 
     Events whose ``event_id`` was stored before (or repeats within the batch) are
     ``duplicate`` and change nothing. An event the rules refuse (unknown call, a transition
     the call's state does not allow) is ``rejected`` with ``errors`` naming the field; the
     others are stored. Runs in one transaction; retried once if a concurrent request
-    created the same operation first. ``decision`` and ``approval_expired`` events from an
-    agent are rejected unless ``may_decide`` (the key's ``can_decide``)."""
+    created the same operation first. Each event's classification is stored on its
+    ``CallEvent``; ``event_answer`` reads it back."""
     for attempt in range(2):
         try:
             with transaction.atomic():
-                return _apply_once(project=project, agent=agent, events=events, source=source, user=user,
-                                   may_decide=may_decide)
+                return _apply_once(project=project, agent=agent, events=events, source=source, user=user)
         except IntegrityError:
             if attempt == 1:
                 raise
     raise AssertionError("unreachable")
 
 
-def _apply_once(*, project, agent, events, source, user, may_decide) -> list[Outcome]:
-    batch = _Batch(project=project, agent=agent, source=source, user=user, may_decide=may_decide)
+def _apply_once(*, project, agent, events, source, user) -> list[Outcome]:
+    batch = _Batch(project=project, agent=agent, source=source, user=user)
     seen = batch.load(events)
     outcomes: list[Outcome] = []
     for index, event in enumerate(events):
@@ -543,24 +546,220 @@ def _apply_once(*, project, agent, events, source, user, may_decide) -> list[Out
             continue
         seen.add(key)
         try:
-            call = batch.apply(index, event)
+            batch.apply(index, event)
         except Rejected as exc:
             outcomes.append(Outcome(status="rejected", errors=[{"loc": exc.loc, "msg": exc.msg}]))
             continue
         except lifecycle.IllegalTransition as exc:
             outcomes.append(Outcome(status="rejected", errors=[{"loc": "type", "msg": str(exc)}]))
             continue
-        outcomes.append(Outcome(status="accepted", call=call, answer=_answer(call)))
+        outcomes.append(Outcome(status="accepted"))
     batch.save()
     return outcomes
 
 
-def _answer(call: ToolCall) -> dict:
-    answer = call_answer(call)
-    override = getattr(call, "_answer_override", None)
-    if override is not None:
-        answer.update(reason=override.reason.value if override.reason else None,
-                      category=override.category.value if override.category else None,
-                      route=override.route.value, observation=override.observation,
-                      verdict=VERDICT_FOR_ROUTE[override.route])
-    return answer
+
+# --- the inbox: receive now, apply in order -------------------------------------------------
+
+#: Inbox rows applied per transaction; a gate check waits for at most one chunk of another
+#: drainer's work.
+DRAIN_CHUNK = 500
+#: First key of the PostgreSQL advisory lock that serialises one project's drain (the
+#: second key is the project's ID). Any fixed 32-bit number unused elsewhere.
+DRAIN_LOCK_CLASS = 0x63676174  # "cgat"
+_local_drain_lock = threading.Lock()  # databases without advisory locks (SQLite): one drainer per process
+
+
+def events_receive(*, project: Project, agent: Agent, events: list[Any], may_decide: bool = False) -> list[Outcome]:
+    """Store validated events (``callgate.schemas`` models) in the inbox; one ``Outcome`` each,
+    in order: ``accepted`` (stored; ``inbox_drain`` applies it), ``duplicate`` (its
+    ``event_id`` was received before, or earlier in this batch) or ``rejected``.
+
+    The only rule checked here is who may decide: ``decision`` and ``approval_expired``
+    events are rejected unless ``may_decide`` (the key's ``can_decide``). Everything else the
+    rules say happens when the event is applied. One statement whatever the batch size
+    (``_inbox_insert``)."""
+    outcomes: list[Outcome | None] = [None] * len(events)
+    fresh: dict[uuid.UUID, int] = {}
+    for index, event in enumerate(events):
+        if event.type in DECISION_TYPES and not may_decide:
+            outcomes[index] = Outcome(status="rejected", errors=[{"loc": "type", "msg": (
+                f"this API key may not report {event.type!r} events: operators decide in the review queue "
+                "(keys with can_decide are for runtimes with their own approval UI)")}])
+        elif event.event_id in fresh:
+            outcomes[index] = Outcome(status="duplicate")
+        else:
+            fresh[event.event_id] = index
+    if fresh:
+        stored = _inbox_insert(project=project, agent=agent, rows=[(i, events[index]) for i, index in fresh.items()])
+        for event_id, index in fresh.items():
+            outcomes[index] = Outcome(status="accepted" if event_id in stored else "duplicate")
+    return outcomes  # type: ignore[return-value]
+
+
+def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[uuid.UUID, Any]]) -> set[uuid.UUID]:
+    """Insert ``(event_id, event)`` rows, in order, unless the event ID is in the inbox already
+    (``ON CONFLICT DO NOTHING``) or was applied before (a ``CallEvent`` has it); returns the
+    event IDs stored.
+
+    Hand-written SQL: the ORM's ``bulk_create(ignore_conflicts=True)`` cannot say which rows
+    it skipped, and this is the ingest hot path. PostgreSQL: one statement over the events as
+    one JSON array (``jsonb_array_elements``; ``model_dump_json`` writes the event ID in
+    canonical form), its text short and fixed whatever the batch size. Elsewhere (SQLite, the
+    embedded default): one look-up of applied IDs and one multi-row ``VALUES`` insert."""
+    meta = InboxEvent._meta
+    received_at = meta.get_field("received_at").get_db_prep_value(timezone.now(), connection)
+    event_id_field = meta.get_field("event_id")
+    columns = "project_id, agent_id, event_id, body, received_at, status, errors"
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # the events travel as one JSON array (one escaped string, not 2 × N parameters)
+            document = "[" + ",".join(event.model_dump_json() for _, event in rows) + "]"
+            cursor.execute(
+                f"INSERT INTO {meta.db_table} ({columns}) "
+                f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, e.body, %s, %s, '[]'::jsonb "
+                f"FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(body, n) "
+                f"WHERE NOT EXISTS (SELECT 1 FROM {CallEvent._meta.db_table} c "
+                f"                  WHERE c.project_id = %s AND c.event_id = (e.body ->> 'event_id')::uuid) "
+                f"ORDER BY e.n ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id",
+                [project.pk, agent.pk, received_at, InboxEvent.Status.PENDING, document, project.pk],
+            )
+        else:
+            applied = set(CallEvent.objects.filter(project=project, event_id__in=[i for i, _ in rows])
+                          .values_list("event_id", flat=True))
+            rows = [(event_id, event) for event_id, event in rows if event_id not in applied]
+            if not rows:
+                return set()
+            params: list[Any] = []
+            for event_id, event in rows:
+                params += [project.pk, agent.pk, event_id_field.get_db_prep_value(event_id, connection),
+                           event.model_dump_json(), received_at, InboxEvent.Status.PENDING, "[]"]
+            values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+            cursor.execute(f"INSERT INTO {meta.db_table} ({columns}) VALUES {values} "
+                           f"ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id", params)
+        return {event_id_field.to_python(value) for (value,) in cursor.fetchall()}
+
+
+def inbox_drain(project_id: int, *, wait: bool = False) -> int:
+    """Apply the project's pending inbox events in arrival order, ``DRAIN_CHUNK`` per
+    transaction, until none is left; returns how many rows were processed (applied or
+    rejected). One drainer per project at a time (a PostgreSQL advisory lock; a process lock
+    elsewhere): with ``wait=False`` (the Celery task) a drainer that finds the lock taken
+    leaves the work to its holder, which checks for new rows after releasing it; with
+    ``wait=True`` (the gate, which needs its own event applied) it waits its turn."""
+    processed = 0
+    while True:
+        done = _drain_chunk(project_id, wait=wait)
+        if done is None:
+            return processed
+        processed += done
+        if done == 0 and not InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING).exists():
+            return processed
+
+
+@contextmanager
+def _drain_lock(project_id: int, *, wait: bool) -> Iterator[bool]:
+    """Inside a transaction: whether this drainer holds the project's drain lock."""
+    if connection.vendor == "postgresql":
+        function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {function}(%s, %s)", [DRAIN_LOCK_CLASS, project_id])
+            held = cursor.fetchone()[0] is not False
+        yield held  # released when the transaction ends
+        return
+    if not _local_drain_lock.acquire(blocking=wait):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        _local_drain_lock.release()
+
+
+def _drain_chunk(project_id: int, *, wait: bool) -> int | None:
+    """Apply up to ``DRAIN_CHUNK`` pending rows in one transaction; ``None`` when another
+    drainer holds the lock. A fixed number of queries per chunk and per run of one agent's rows."""
+    with transaction.atomic(), _drain_lock(project_id, wait=wait) as held:
+        if not held:
+            return None
+        rows = list(InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING)
+                    .order_by("id")[:DRAIN_CHUNK])
+        if not rows:
+            return 0
+        project = Project.objects.get(pk=project_id)
+        agents = Agent.objects.in_bulk({row.agent_id for row in rows})
+        done, rejected = [], []
+        start = 0
+        while start < len(rows):  # runs of consecutive rows from one agent, in order
+            end = start
+            while end < len(rows) and rows[end].agent_id == rows[start].agent_id:
+                end += 1
+            for row, outcome in zip(rows[start:end], _apply_rows(project, agents[rows[start].agent_id], rows[start:end])):
+                if outcome.status == "rejected":
+                    row.status, row.errors = InboxEvent.Status.REJECTED, outcome.errors
+                    rejected.append(row)
+                else:
+                    done.append(row.pk)
+            start = end
+        InboxEvent.objects.filter(pk__in=done).delete()
+        if rejected:
+            InboxEvent.objects.bulk_update(rejected, ["status", "errors"])
+        return len(rows)
+
+
+#: What an inbox row that cannot be applied says (a bug, logged with its stack trace).
+APPLY_FAILED = "callgate could not apply this event (an internal error, logged for the operators)"
+
+
+def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[Outcome]:
+    """``events_apply`` over the rows' events; a row whose body no longer validates, or a
+    batch that fails unexpectedly, never blocks the rows behind it."""
+    outcomes: list[Outcome | None] = [None] * len(rows)
+    events, positions = [], []
+    for position, row in enumerate(rows):
+        try:
+            events.append(EVENT_ADAPTER.validate_python(row.body))
+            positions.append(position)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            outcomes[position] = Outcome(status="rejected", errors=[{"loc": "", "msg": str(exc)[:2000]}])
+    try:
+        applied = events_apply(project=project, agent=agent, events=events)
+    except Exception:
+        logger.exception("applying %d inbox events of project %s failed; applying them one by one",
+                         len(events), project.pk)
+        applied = []
+        for event in events:
+            try:
+                applied.append(events_apply(project=project, agent=agent, events=[event])[0])
+            except Exception:
+                logger.exception("inbox event %s of project %s cannot be applied", event.event_id, project.pk)
+                applied.append(Outcome(status="rejected", errors=[{"loc": "", "msg": APPLY_FAILED}]))
+    for position, outcome in zip(positions, applied):
+        outcomes[position] = outcome
+    return outcomes  # type: ignore[return-value]
+
+
+def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
+    """Where one received event stands, or ``None`` when this project never received it:
+    ``{"event_id", "status", "errors", "answer"}`` with status ``pending`` (in the inbox),
+    ``rejected`` (refused by the rules when applied; ``errors`` say why) or ``applied``
+    (``answer``: the ``CallAnswer`` as this event left the call: its reason, category, route,
+    verdict, observation and the state it moved the call to; attempts, receipt and decision
+    are the call's now; ``GET /api/v1/calls/{operation_id}`` has where the call stands now)."""
+    event = (CallEvent.objects.select_related("call__contract")
+             .filter(project=project, event_id=event_id).first())
+    if event is not None:
+        answer = call_answer(event.call)
+        if event.route:
+            answer.update(state=event.state_after or answer["state"], reason=event.reason or None, category=event.category or None, route=event.route,
+                          observation=event.observation,
+                          verdict="pending_approval" if event.state_after == S.PENDING_APPROVAL
+                          else VERDICT_FOR_ROUTE[Route(event.route)],
+                          retry_after=retry_after(event.call.contract, event.call.attempts)
+                          if event.route == Route.RETRY else None)
+        return {"event_id": str(event_id), "status": "applied", "kind": event.kind, "errors": [], "answer": answer}
+    row = InboxEvent.objects.filter(project=project, event_id=event_id).only("status", "errors", "body").first()
+    if row is None:
+        return None
+    return {"event_id": str(event_id), "status": row.status, "kind": row.body.get("type"),
+            "errors": row.errors, "answer": None}

@@ -275,6 +275,42 @@ class CallEvent(models.Model):
         ]
 
 
+class InboxEvent(models.Model):
+    """An event ``POST /api/v1/events`` accepted and stored, waiting to be applied.
+
+    Ingest only validates the envelope (pydantic) and stores it here with one statement per
+    batch; ``callgate.ingest.inbox_drain`` applies pending rows in ``id`` order per project
+    (Celery task, enqueued after the insert; a beat sweep picks up anything left) and deletes
+    them: an applied event lives on as its ``CallEvent``. An event the rules refuse (unknown
+    call, a transition its call's state does not allow) stays here as ``rejected`` with
+    ``errors``, until retention removes it. ``GET /api/v1/events/{event_id}`` reads both."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        REJECTED = "rejected", "Rejected"
+
+    # No database-level foreign keys: each would cost a referential check per inserted row on
+    # the ingest hot path (measured: about 15 µs of 35 per event). Both IDs come from the API
+    # key that authenticated the request, and deleting a project or agent still deletes its
+    # rows (Django's collector cascades).
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    event_id = models.UUIDField()
+    body = models.JSONField(help_text="The envelope as received (validated; not yet redacted).")
+    received_at = models.DateTimeField(default=timezone.now)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    errors = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "event_id"], name="inboxevent_unique_event_id"),
+        ]
+        indexes = [
+            # inbox_drain: a project's pending rows in arrival order
+            models.Index(fields=["project", "status", "id"], name="inboxevent_drain"),
+        ]
+
+
 class RequestBudget(models.Model):
     """Re-asks used per request and tool (the contract's ``max_reasks`` budget)."""
 

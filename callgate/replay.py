@@ -2,7 +2,8 @@
 
 Each case runs in its own throw-away project inside a transaction that is rolled back,
 so a replay leaves nothing behind. Contracts go through ``contract_register`` and events
-through ``events_apply`` after the same pydantic validation as ``POST /api/v1/events``.
+through the same pydantic validation, ``events_receive`` and ``inbox_drain`` as
+``POST /api/v1/events``, then ``event_answer`` as ``GET /api/v1/events/{event_id}``.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from callgate import services
-from callgate.ingest import events_apply
+from callgate.ingest import event_answer, events_receive, inbox_drain
 from callgate.models import Agent, Project
 from callgate.providers import normalise
 from callgate.schemas import EVENT_ADAPTER, ContractIn
@@ -71,12 +72,15 @@ def replay_case(case: dict) -> dict:
                 if envelope["type"] != "proposed" and operation_id and not envelope.get("operation_id"):
                     envelope["operation_id"] = operation_id
                 event = EVENT_ADAPTER.validate_python(envelope)
-                outcome = events_apply(project=project, agent=agent, events=[event], may_decide=True)[0]
-                if outcome.status != "accepted":
+                events_receive(project=project, agent=agent, events=[event], may_decide=True)
+                inbox_drain(project.pk, wait=True)
+                found = event_answer(project, event.event_id)
+                if found is None or found["status"] != "applied":
+                    errors = found["errors"] if found else [{"msg": "the event was not stored"}]
                     answer = {"reason": None, "category": None, "route": None,
-                              "observation": "; ".join(e["msg"] for e in outcome.errors)}
+                              "observation": "; ".join(e["msg"] for e in errors)}
                     continue
-                answer = outcome.answer
+                answer = found["answer"]
                 operation_id = answer["operation_id"]
             result.update(reason=answer.get("reason"), category=answer.get("category"), route=answer.get("route"),
                           observation=answer.get("observation", ""))

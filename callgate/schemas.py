@@ -7,6 +7,7 @@ rejected) except where JSON has no native type: ``event_id`` (UUID) and ``occurr
 """
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal, Union
 from urllib.parse import urlsplit
@@ -55,7 +56,8 @@ EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 
 def _plausible(value: datetime) -> datetime:
-    if value > datetime.now(timezone.utc) + MAX_CLOCK_SKEW:
+    # time.time(), not datetime.now(tz): this runs for every event on the ingest hot path
+    if value.timestamp() > time.time() + MAX_CLOCK_SKEW.total_seconds():
         raise ValueError("lies more than a day in the future; check the agent's clock")
     if value < EARLIEST:
         raise ValueError("lies before the year 2000")
@@ -238,9 +240,24 @@ class ErrorBody(BaseModel):
 class EventResult(BaseModel):
     index: int
     event_id: str | None
-    status: Literal["accepted", "duplicate", "rejected"]
+    status: Literal["accepted", "duplicate", "rejected"] = Field(description=(
+        "accepted: stored, applied shortly in arrival order (read the outcome with GET /api/v1/events/{event_id}); "
+        "duplicate: this event_id was received before; rejected: not stored, see errors."))
     errors: list[FieldError] = []
-    answer: CallAnswer | None = None
+
+
+class EventStatus(BaseModel):
+    """Where one received event stands (``GET /api/v1/events/{event_id}``)."""
+
+    event_id: str
+    status: Literal["pending", "applied", "rejected"] = Field(description=(
+        "pending: stored, not applied yet; applied: classified and recorded on its call (see answer); "
+        "rejected: the rules refused it when it was applied (see errors), e.g. an attempt for an unknown call."))
+    kind: str | None = Field(description="The event's type: proposed, attempt, denied, …")
+    errors: list[FieldError] = []
+    answer: CallAnswer | None = Field(description=(
+        "For an applied event: the answer as this event left the call (reason, category, route, verdict, "
+        "observation, state); attempts, receipt and decision are the call's now."))
 
 
 class EventsResponse(BaseModel):

@@ -543,6 +543,8 @@ class CallgateClient:
     thread; call ``flush()`` yourself). ``sleep``/``clock``/``rand`` are injectable for tests.
     ``fail_open``: when the gate cannot be reached, execute anyway (the proposal and the
     attempt are buffered and reported later) instead of raising ``CallgateUnavailable``.
+    ``answer_timeout``: seconds ``report_now`` waits for callgate to apply a reported event
+    (``GET /api/v1/events/{id}`` polled from 50 ms, doubling up to 1 s) before deciding locally.
     """
 
     def __init__(
@@ -559,6 +561,7 @@ class CallgateClient:
         fail_open: bool = False,
         execute_timeout: float | None = 30.0,
         wait_limit: float = 300.0,
+        answer_timeout: float = 10.0,
         poll_interval: float = 1.0,
         max_poll_interval: float = 30.0,
         breaker_threshold: int = 5,
@@ -583,6 +586,7 @@ class CallgateClient:
         self.fail_open = fail_open
         self.execute_timeout = execute_timeout
         self.wait_limit = wait_limit
+        self.answer_timeout = answer_timeout
         self.poll_interval = poll_interval
         self.max_poll_interval = max_poll_interval
         self.breaker_threshold = breaker_threshold
@@ -749,9 +753,12 @@ class CallgateClient:
             self._wake.set()
 
     def report_now(self, event: dict) -> CallAnswer | None:
-        """Send one event now and return callgate's answer for it; when callgate cannot be
-        reached (or earlier events are still waiting, to keep their order) it is buffered and
-        ``None`` is returned. Raises ``CallgateError`` when callgate rejects the event."""
+        """Send one event now (``POST /api/v1/events``) and return callgate's answer for it,
+        read with ``GET /api/v1/events/{event_id}`` once callgate has applied it. When callgate
+        cannot be reached (or earlier events are still waiting, to keep their order) the event
+        is buffered and ``None`` is returned; ``None`` too when it was stored but not applied
+        within ``answer_timeout`` seconds. Raises ``CallgateError`` when callgate rejects the
+        event, on receipt (a 207 item) or when applying it."""
         if len(self.buffer):
             self.flush()
             if len(self.buffer):
@@ -766,10 +773,27 @@ class CallgateClient:
         item = (response.json().get("results") or [{}])[0]
         if item.get("status") == "rejected":
             raise CallgateError(422, "event rejected", item.get("errors"))
-        fields = item.get("answer") if isinstance(item.get("answer"), dict) else item
-        if fields.get("verdict") is None:
-            return None
-        return CallAnswer.model_validate(fields)
+        return self._event_answer(str(event["event_id"]))
+
+    def _event_answer(self, event_id: str) -> CallAnswer | None:
+        """Poll ``GET /api/v1/events/{event_id}`` until callgate has applied the event."""
+        deadline = self.clock() + self.answer_timeout
+        interval = 0.05
+        while True:
+            try:
+                found = self._request("GET", f"/api/v1/events/{event_id}").json()
+            except CallgateUnavailable:
+                found = {"status": "pending"}
+            if found.get("status") == "rejected":
+                raise CallgateError(422, "event rejected", found.get("errors"))
+            if found.get("status") == "applied" and isinstance(found.get("answer"), dict):
+                return CallAnswer.model_validate(found["answer"])
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                logger.warning("callgate has not applied event %s after %.0f s", event_id, self.answer_timeout)
+                return None
+            self.sleep(min(interval, remaining))
+            interval = min(1.0, interval * 2)
 
     def flush(self) -> int:
         """Send buffered events in batches until the buffer is empty or callgate is unavailable.

@@ -8,7 +8,7 @@ from django.db.models import Count, F, Prefetch, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from callgate.models import Agent, AgentTool, ApiKey, CallEvent, Project, ToolCall, ToolContract
+from callgate.models import Agent, AgentTool, ApiKey, CallEvent, InboxEvent, Project, ToolCall, ToolContract
 from callgate.taxonomy import Category
 
 
@@ -241,11 +241,17 @@ def contract_versions(*, project: Project, name: str) -> list[ToolContract]:
 # --- agents ------------------------------------------------------------------------------
 
 
+#: Refused events listed per agent on the agents page (the newest).
+REFUSED_SHOWN = 10
+
+
 def agents_with_keys(*, project: Project) -> list[Agent]:
     """The project's agents with ``api_keys`` (newest first) and ``tools`` prefetched and
-    ``calls_24h`` annotated. Three queries."""
+    ``calls_24h`` annotated; from the inbox, ``pending_events`` (received, not applied yet),
+    ``refused_count`` and ``refused`` (the newest ``REFUSED_SHOWN`` events the rules refused
+    when applying them, kept until retention). Five queries."""
     since = timezone.now() - timedelta(hours=24)
-    return list(
+    agents = list(
         Agent.objects.filter(project=project)
         .annotate(calls_24h=Count("calls", filter=Q(calls__created_at__gte=since)))
         .prefetch_related(
@@ -254,3 +260,16 @@ def agents_with_keys(*, project: Project) -> list[Agent]:
         )
         .order_by("name")
     )
+    counts = {(row["agent_id"], row["status"]): row["n"] for row in
+              InboxEvent.objects.filter(project=project).values("agent_id", "status").annotate(n=Count("id")).order_by()}
+    refused = (InboxEvent.objects.filter(project=project, status=InboxEvent.Status.REJECTED)
+               .annotate(rank=Window(RowNumber(), partition_by=[F("agent_id")], order_by=F("id").desc()))
+               .filter(rank__lte=REFUSED_SHOWN).order_by("-id"))
+    by_agent: dict[int, list[InboxEvent]] = {}
+    for row in refused:
+        by_agent.setdefault(row.agent_id, []).append(row)
+    for agent in agents:
+        agent.pending_events = counts.get((agent.pk, InboxEvent.Status.PENDING), 0)
+        agent.refused_count = counts.get((agent.pk, InboxEvent.Status.REJECTED), 0)
+        agent.refused = by_agent.get(agent.pk, [])
+    return agents

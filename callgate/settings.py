@@ -245,6 +245,8 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or None
 CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL is None
 CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or (CELERY_BROKER_URL if CELERY_BROKER_URL else None)
+#: The queue tasks go to (and workers read with ``-Q``); separate deployments on one broker each take their own.
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE") or "celery"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -256,6 +258,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BEAT_SCHEDULE: dict = {
     # periodic jobs of callgate.tasks; each is idempotent and bounded per run ("expires": a
     # run that waited longer than its period in the queue is dropped, the next one comes)
+    "inbox-sweep": {"task": "callgate.tasks.sweep_inbox", "schedule": 10.0, "options": {"expires": 10}},
     "reconcile-outbox-sweep": {"task": "callgate.tasks.sweep_reconciling", "schedule": 60.0, "options": {"expires": 60}},
     "retry-deadline-sweep": {"task": "callgate.tasks.sweep_deadlines", "schedule": 30.0, "options": {"expires": 30}},
     "retention-purge": {"task": "callgate.tasks.purge_events", "schedule": 3600.0, "options": {"expires": 3600}},

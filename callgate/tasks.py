@@ -1,10 +1,12 @@
 """Celery tasks of the core app. Tasks take ids, stay thin, and call services.
 
+- ``drain_inbox(project_id)``: apply the events ``POST /api/v1/events`` stored in the inbox,
+  in arrival order (``callgate.ingest.inbox_drain``); enqueued after each batch.
 - ``reconcile_call(call_id)``: look a ``reconciling`` call up in its target and record the
   outcome (``callgate.reconcile`` does the look-up, ``callgate.services`` the writes).
 - Periodic (``CELERY_BEAT_SCHEDULE`` in settings), each idempotent and bounded per run:
-  ``sweep_reconciling`` (the outbox sweeper), ``sweep_deadlines``,
-  ``purge_events``.
+  ``sweep_inbox`` (drains what a lost ``drain_inbox`` left), ``sweep_reconciling`` (the
+  outbox sweeper), ``sweep_deadlines``, ``purge_events``.
 
 Redelivery: tasks are ``acks_late`` with ``task_reject_on_worker_lost``, so a task whose
 worker died runs again. ``reconcile_call`` is safe to repeat (a GET, then a state-checked
@@ -26,7 +28,8 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from callgate.models import CallEvent, Project, ToolCall
+from callgate.ingest import inbox_drain
+from callgate.models import CallEvent, InboxEvent, Project, ToolCall
 from callgate.reconcile import UNKNOWN, LookupResult, reconcile_calls_claim_stale, reconcile_lookup
 from callgate.rollups import refresh_rollups  # noqa: F401  (defined beside the rollup code; beat: refresh-rollups)
 
@@ -137,6 +140,32 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
         return "skipped"
 
 
+@shared_task(name="callgate.tasks.drain_inbox", ignore_result=True)
+def drain_inbox(project_id: int) -> int:
+    """Apply the project's pending inbox events in order; returns rows processed. Safe to run
+    twice at once or again: one drainer per project holds the lock, the other returns."""
+    return inbox_drain(project_id)
+
+
+def drain_inbox_enqueue(project_id: int) -> None:
+    """Enqueue ``drain_inbox`` for events already stored and committed. A broker that cannot
+    be reached loses nothing: the rows wait in the inbox for ``sweep_inbox``."""
+    try:
+        drain_inbox.delay(project_id)
+    except Exception:
+        logger.warning("could not enqueue drain_inbox(%s); the inbox sweep will apply the events", project_id,
+                       exc_info=True)
+
+
+@shared_task(name="callgate.tasks.sweep_inbox", ignore_result=True)
+def sweep_inbox() -> int:
+    """Drain every project that has pending inbox events (a ``drain_inbox`` lost with its
+    broker or worker). Returns rows processed."""
+    project_ids = (InboxEvent.objects.filter(status=InboxEvent.Status.PENDING)
+                   .values_list("project_id", flat=True).distinct().order_by())
+    return sum(inbox_drain(project_id) for project_id in list(project_ids))
+
+
 @shared_task(name="callgate.tasks.sweep_reconciling", ignore_result=True)
 def sweep_reconciling() -> int:
     """Outbox sweeper: re-enqueue ``reconcile_call`` for calls left ``reconciling`` (an
@@ -175,18 +204,23 @@ def sweep_deadlines() -> int:
 
 @shared_task(name="callgate.tasks.purge_events", ignore_result=True)
 def purge_events() -> int:
-    """Retention: delete CallEvents received more than ``project.retention_days`` days ago,
-    in batches of ``PURGE_BATCH`` (short transactions; the next run continues where this
-    stops). A project with ``retention_days == 0`` keeps everything. Returns rows deleted."""
+    """Retention: delete CallEvents, and inbox events the rules rejected, received more than
+    ``project.retention_days`` days ago, in batches of ``PURGE_BATCH`` (short transactions;
+    the next run continues where this stops). A project with ``retention_days == 0`` keeps
+    everything. Returns rows deleted."""
     now = timezone.now()
     deleted = 0
     for project in Project.objects.filter(retention_days__gt=0).only("pk", "retention_days"):
         cutoff = now - timedelta(days=project.retention_days)
-        old = CallEvent.objects.filter(project=project, received_at__lt=cutoff).order_by()
-        for _ in range(PURGE_MAX_BATCHES):
-            ids = list(old.values_list("pk", flat=True)[:PURGE_BATCH])
-            if not ids:
-                break
-            count, _ = CallEvent.objects.filter(pk__in=ids).delete()
-            deleted += count
+        for model, old in (
+            (CallEvent, CallEvent.objects.filter(project=project, received_at__lt=cutoff)),
+            (InboxEvent, InboxEvent.objects.filter(project=project, status=InboxEvent.Status.REJECTED,
+                                                   received_at__lt=cutoff)),
+        ):
+            for _ in range(PURGE_MAX_BATCHES):
+                ids = list(old.order_by().values_list("pk", flat=True)[:PURGE_BATCH])
+                if not ids:
+                    break
+                count, _ = model.objects.filter(pk__in=ids).delete()
+                deleted += count
     return deleted

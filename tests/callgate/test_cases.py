@@ -1,7 +1,7 @@
 """Every case of ``shared/cases/classification.jsonl`` through the REST API path: contracts
 registered with ``PUT /api/v1/tools/{name}``, events posted to ``POST /api/v1/events`` one
-by one, the final classification read from the last answer and from
-``GET /api/v1/calls/{operation_id}``."""
+by one, the final classification read from the last event's ``GET /api/v1/events/{event_id}``
+and from ``GET /api/v1/calls/{operation_id}``."""
 from __future__ import annotations
 
 from callgate.auth import api_key_issue
@@ -25,9 +25,11 @@ class CaseTests(BaseTestCase):
                 envelope["operation_id"] = operation_id
             response = api.post("/api/v1/events", envelope, format="json")
             assert response.status_code == 200, response.json()
-            result = response.json()["results"][0]
-            assert result["status"] == "accepted", result
-            answer = result["answer"]
+            assert response.json()["results"][0]["status"] == "accepted", response.json()
+            # stored in the inbox and applied by the drain task (eager here), then read back
+            found = api.get(f"/api/v1/events/{envelope['event_id']}").json()
+            assert found["status"] == "applied", found
+            answer = found["answer"]
             operation_id = answer["operation_id"]
         expect = case["expect"]
         assert (answer["reason"], answer["category"], answer["route"]) == (

@@ -448,7 +448,7 @@ class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
         self.sim_url = f"http://127.0.0.1:{self.sim_server.server_port}"
 
         # the worker: a separate process on the test database
-        env = {**os.environ, "DATABASE_URL": database_url, "DEBUG": "true",
+        env = {**os.environ, "DATABASE_URL": database_url, "DEBUG": "true", "CELERY_TASK_DEFAULT_QUEUE": self.queue,
                "CALLGATE_RECONCILE_AUTH_HEADER": f"Authorization: Bearer {TOKEN}",
                "CALLGATE_RECONCILE_AUTH_ORIGINS": self.sim_url, "CALLGATE_RECONCILE_TIMEOUT": "20"}
         self.worker = subprocess.Popen(

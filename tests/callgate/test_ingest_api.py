@@ -1,4 +1,6 @@
-"""POST /api/v1/events, POST /api/v1/calls, GET /api/v1/calls/{id}, PUT /api/v1/tools/{name}."""
+"""POST /api/v1/events, GET /api/v1/events/{id}, POST /api/v1/calls, GET /api/v1/calls/{id},
+PUT /api/v1/tools/{name}. Celery is eager here, so ``POST /events`` drains the inbox before it
+answers; ``tests/callgate/test_inbox.py`` covers the inbox on its own."""
 from __future__ import annotations
 
 import json
@@ -58,13 +60,30 @@ class IngestTests(BaseTestCase):
     def post(self, body, **kwargs):
         return self.client_api.post("/api/v1/events", body, format="json", **kwargs)
 
-    def test_it_accepts_a_single_event_and_answers_the_verdict(self):
-        response = self.post(proposal("get_weather", {"city": "Oslo"}, request_id="r1"))
+    def status_of(self, event: dict) -> dict:
+        response = self.client_api.get(f"/api/v1/events/{event['event_id']}")
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    def test_it_accepts_a_single_event_and_answers_the_verdict_on_the_event(self):
+        event = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
+        response = self.post(event)
         assert response.status_code == 200
         result = response.json()["results"][0]
-        assert result["status"] == "accepted"
-        assert result["answer"]["verdict"] == "allow"
-        assert result["answer"]["operation_id"].startswith("op_")
+        assert result == {"index": 0, "event_id": event["event_id"], "status": "accepted", "errors": []}
+        found = self.status_of(event)
+        assert found["status"] == "applied" and found["kind"] == "proposed"
+        assert found["answer"]["verdict"] == "allow"
+        assert found["answer"]["operation_id"].startswith("op_")
+
+    def test_it_answers_400_for_an_event_id_that_is_not_a_uuid_and_404_for_another_projects_event(self):
+        response = self.client_api.get("/api/v1/events/not-a-uuid")
+        assert response.status_code == 400
+        assert response.json()["errors"][0]["loc"] == "event_id"
+        event = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
+        self.post(event)
+        assert self.api(self.other_key).get(f"/api/v1/events/{event['event_id']}").status_code == 404
+        assert self.client_api.get(f"/api/v1/events/{uuid.uuid4()}").status_code == 404
 
     def test_it_stores_a_resent_event_once_and_answers_duplicate(self):
         event = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
@@ -98,13 +117,18 @@ class IngestTests(BaseTestCase):
         assert result["status"] == "rejected"
         assert result["errors"][0]["loc"] == "sent"
 
-    def test_it_rejects_an_event_for_an_unknown_call_without_losing_others(self):
+    def test_it_rejects_an_event_for_an_unknown_call_when_applying_without_losing_others(self):
         ok = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
         orphan = make_event("attempt", operation_id="op_nope", sent=True, outcome="success", result={"t": 1})
         response = self.post([ok, orphan])
-        assert response.status_code == 207
-        assert response.json()["results"][1]["errors"][0]["loc"] == "events[1].operation_id"
+        assert response.status_code == 200  # both stored; the rules run when they are applied
+        found = self.status_of(orphan)
+        assert found["status"] == "rejected" and found["answer"] is None
+        assert found["errors"][0]["loc"] == "operation_id"
+        assert "op_nope" in found["errors"][0]["msg"]
+        assert self.status_of(ok)["status"] == "applied"
         assert CallEvent.objects.filter(event_id=ok["event_id"]).exists()
+        assert self.post(orphan).json()["results"][0]["status"] == "duplicate"  # kept, so a re-send is known
 
     def test_it_answers_400_for_a_body_that_is_not_json(self):
         for body in (b"{not json", b'{"type": NaN}', b"\xff\xfe", b""):
@@ -182,20 +206,24 @@ class IngestTests(BaseTestCase):
         assert "hunter2" not in stored and "555" not in stored
 
     def test_it_opens_one_review_item_and_closes_it_on_a_late_receipt(self):
-        answer = self.post(proposal("create_follow_up", {"ticket_id": "T-1"}, request_id="r1")).json()
-        op = answer["results"][0]["answer"]["operation_id"]
+        proposed = proposal("create_follow_up", {"ticket_id": "T-1"}, request_id="r1")
+        self.post(proposed)
+        op = self.status_of(proposed)["answer"]["operation_id"]
         self.post(make_event("attempt", operation_id=op, sent=True, outcome="timeout"))
         self.post(make_event("reconciled", operation_id=op, found=True, matches=False))
         item = ReviewItem.objects.get(call__operation_id=op)
         assert item.status == "open"
-        late = self.post(make_event("receipt", operation_id=op, result={"follow_up_id": "F-1"})).json()
-        assert late["results"][0]["answer"]["reason"] == "reconciled_applied"
+        late = make_event("receipt", operation_id=op, result={"follow_up_id": "F-1"})
+        self.post(late)
+        assert self.status_of(late)["answer"]["reason"] == "reconciled_applied"
         item.refresh_from_db()
         assert item.status == "settled"
 
     def test_an_agent_cannot_decide_on_its_own_calls(self):
         self.client_api.put("/api/v1/tools/pay", {**WEATHER, "requires_approval": True}, format="json")
-        op = self.post(proposal("pay", {"city": "Oslo"}, request_id="r1")).json()["results"][0]["answer"]
+        proposed = proposal("pay", {"city": "Oslo"}, request_id="r1")
+        self.post(proposed)
+        op = self.status_of(proposed)["answer"]
         for event in (make_event("decision", operation_id=op["operation_id"], decision="approve"),
                       make_event("approval_expired", operation_id=op["operation_id"])):
             response = self.post(event)
@@ -203,18 +231,22 @@ class IngestTests(BaseTestCase):
             assert response.json()["results"][0]["errors"][0]["loc"] == "type"
         assert ToolCall.objects.get(operation_id=op["operation_id"]).state == "pending_approval"
         runtime = self.api(api_key_issue(agent=self.agent, can_decide=True).plain)
-        decided = runtime.post("/api/v1/events", make_event("decision", operation_id=op["operation_id"],
-                                                            decision="reject", reason="no"), format="json")
-        assert decided.json()["results"][0]["answer"]["reason"] == "approval_rejected"
+        decision = make_event("decision", operation_id=op["operation_id"], decision="reject", reason="no")
+        assert runtime.post("/api/v1/events", decision, format="json").status_code == 200
+        assert self.status_of(decision)["answer"]["reason"] == "approval_rejected"
 
     def test_it_refuses_an_attempt_on_a_call_waiting_for_approval(self):
         self.client_api.put("/api/v1/tools/pay", {**WEATHER, "requires_approval": True}, format="json")
-        op = self.post(proposal("pay", {"city": "Oslo"}, request_id="r1")).json()["results"][0]["answer"]
+        proposed = proposal("pay", {"city": "Oslo"}, request_id="r1")
+        self.post(proposed)
+        op = self.status_of(proposed)["answer"]
         assert op["verdict"] == "pending_approval"
-        response = self.post(make_event("attempt", operation_id=op["operation_id"], sent=True, outcome="success",
-                                        result={"ok": 1}))
-        assert response.status_code == 207
-        assert "pending_approval" in response.json()["results"][0]["errors"][0]["msg"]
+        attempt = make_event("attempt", operation_id=op["operation_id"], sent=True, outcome="success", result={"ok": 1})
+        assert self.post(attempt).status_code == 200
+        found = self.status_of(attempt)
+        assert found["status"] == "rejected"
+        assert "pending_approval" in found["errors"][0]["msg"]
+        assert ToolCall.objects.get(operation_id=op["operation_id"]).state == "pending_approval"
 
 
 class GateTests(BaseTestCase):

@@ -13,7 +13,7 @@ from django.utils import timezone
 from callgate.models import AgentTool, ApiKey, CallEvent, Membership, ToolCall, ToolContract
 from callgate.taxonomy import TABLE, Reason
 from reviews.models import ReviewItem
-from tests.factories import BaseTestCase, make_user
+from tests.factories import BaseTestCase, make_event, make_user
 
 
 def make_contract(project, name="create_follow_up", version=1, **fields) -> ToolContract:
@@ -342,6 +342,17 @@ class AgentsPageTests(BaseTestCase):
         assert "1 call in 24 h" in body
         assert "globex-bot" not in body
         assert "Create key" not in body and "Revoke" not in body
+
+    def test_it_lists_events_the_rules_refused_with_the_reason(self):
+        orphan = make_event("attempt", operation_id="op_never_seen", sent=True, outcome="success")
+        assert self.api().post("/api/v1/events", orphan, format="json").status_code == 200
+        hidden = make_event("attempt", operation_id="op_globex_only", sent=True, outcome="success")
+        assert self.api(self.other_key).post("/api/v1/events", hidden, format="json").status_code == 200
+        self.client.force_login(self.victor)
+        body = self.client.get(self.url).content.decode()
+        assert orphan["event_id"] in body and "op_never_seen" in body
+        assert "no call with operation_id" in body
+        assert hidden["event_id"] not in body and "op_globex_only" not in body
 
     def test_it_shows_a_new_key_once_and_stores_only_its_digest(self):
         self.client.force_login(self.ada)

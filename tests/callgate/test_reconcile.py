@@ -498,12 +498,11 @@ class ReconcileEndToEndTests(BaseTestCase):
     def report(self, *events):
         from tests.factories import make_event
 
+        envelopes = [make_event(e.pop("type"), **e) for e in events]
         with self.captureOnCommitCallbacks(execute=True):
-            response = self.api().post(
-                "/api/v1/events", [make_event(e.pop("type"), **e) for e in events], format="json"
-            )
+            response = self.api().post("/api/v1/events", envelopes, format="json")
         assert response.status_code == 200, response.content
-        return response.json()["results"]
+        return [self.api().get(f"/api/v1/events/{e['event_id']}").json() for e in envelopes]
 
     @override_settings(CALLGATE_RECONCILE_AUTH_HEADER=f"Authorization: Bearer {TOKEN}")
     def test_it_settles_a_timed_out_write_that_the_target_applied(self):

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from callgate.sdk import (
     CallAnswer,
     CallgateClient,
+    CallgateError,
     CallgateUnavailable,
     CircuitBreaker,
     EventBuffer,
@@ -50,7 +51,9 @@ class FakeCallgate:
     def __init__(self):
         self.down = False
         self.gate: deque[dict] = deque()
-        self.event_answers: deque[dict] = deque()
+        self.event_answers: deque[dict] = deque()  # answers for accepted attempts, in order
+        self.applied: dict[str, dict] = {}  # event_id -> its answer, read by GET /api/v1/events/{id}
+        self.pending_reads = 0  # GET /api/v1/events/{id} answers "pending" this many times first
         self.polls: deque[dict] = deque()
         self.requests: list[tuple[str, str, object]] = []
         self.events: dict[str, dict] = {}  # stored once per event_id
@@ -77,6 +80,16 @@ class FakeCallgate:
             return httpx.Response(200, json=self.gate.popleft())
         if request.method == "GET" and path.startswith("/api/v1/calls/"):
             return httpx.Response(200, json=self.polls.popleft())
+        if request.method == "GET" and path.startswith("/api/v1/events/"):
+            event_id = path.rsplit("/", 1)[1]
+            if event_id not in self.events:
+                return httpx.Response(404, json={"error": "Not found.", "errors": []})
+            if self.pending_reads or event_id not in self.applied:
+                self.pending_reads = max(0, self.pending_reads - 1)
+                return httpx.Response(200, json={"event_id": event_id, "status": "pending", "kind": "attempt",
+                                                 "errors": [], "answer": None})
+            return httpx.Response(200, json={"event_id": event_id, "status": "applied", "kind": "attempt",
+                                             "errors": [], "answer": self.applied[event_id]})
         if request.method == "POST" and path == "/api/v1/events":
             self.event_posts += 1
             results, partial = [], False
@@ -88,11 +101,9 @@ class FakeCallgate:
                     continue
                 status = "duplicate" if event["event_id"] in self.events else "accepted"
                 self.events.setdefault(event["event_id"], event)
-                item = {"index": index, "event_id": event["event_id"], "status": status, "errors": [],
-                        "answer": None}
                 if event["type"] == "attempt" and self.event_answers and status == "accepted":
-                    item["answer"] = self.event_answers.popleft()
-                results.append(item)
+                    self.applied[event["event_id"]] = self.event_answers.popleft()
+                results.append({"index": index, "event_id": event["event_id"], "status": status, "errors": []})
             return httpx.Response(207 if partial else 200, json={"results": results})
         return httpx.Response(404, json={"error": "no route"})
 
@@ -132,7 +143,7 @@ class SdkTestCase(SimpleTestCase):
 def make_client(fake: FakeCallgate, buffer_dir: Path | None = None, **kwargs) -> CallgateClient:
     sleeps = kwargs.pop("sleeps", None)
     defaults = dict(transport=fake.transport(), flush_interval=None, execute_timeout=None,
-                    buffer_dir=buffer_dir, rand=lambda a, b: b,
+                    buffer_dir=buffer_dir, rand=lambda a, b: b, answer_timeout=0,
                     sleep=(sleeps.append if sleeps is not None else (lambda s: None)))
     defaults.update(kwargs)
     return CallgateClient("http://callgate.test", KEY, **defaults)
@@ -315,7 +326,7 @@ class RunTests(SdkTestCase):
         assert result.reason == "reconciled_applied"
         assert len(execute.calls) == 1
         assert sleeps == [1, 2]  # polling backs off
-        assert [r[1] for r in fake.requests if r[0] == "GET"] == [f"/api/v1/calls/{OP}"] * 2
+        assert [r[1] for r in fake.requests if r[0] == "GET" and "/calls/" in r[1]] == [f"/api/v1/calls/{OP}"] * 2
 
     def test_it_retries_once_under_the_same_operation_id_when_reconciliation_found_nothing(self):
         fake = FakeCallgate()
@@ -406,6 +417,47 @@ class RunTests(SdkTestCase):
         [attempt] = fake.attempts()
         assert attempt["outcome"] == "error" and attempt["error"] == "ZeroDivisionError: boom"
         assert result.status == "reask"
+
+
+class ReportNowTests(SdkTestCase):
+    def test_it_polls_the_event_until_callgate_has_applied_it(self):
+        fake = FakeCallgate()
+        fake.event_answers.append(answer("retry", state="retry_wait", reason="unavailable", route="retry"))
+        fake.pending_reads = 3
+        now = [0.0]
+        sleeps: list[float] = []
+        client = make_client(fake, answer_timeout=10, clock=lambda: now[0],
+                             sleep=lambda s: (sleeps.append(s), now.__setitem__(0, now[0] + s)))
+        got = client.report_now(client.event("attempt", operation_id=OP, sent=True, outcome="error", http_status=503))
+        assert got is not None and got.verdict == "retry" and got.reason == "unavailable"
+        assert sleeps == [0.05, 0.1, 0.2]
+        assert [m for m, p, _ in fake.requests if p.startswith("/api/v1/events/")] == ["GET"] * 4
+
+    def test_it_gives_up_after_the_answer_timeout_and_decides_locally(self):
+        fake = FakeCallgate()
+        now = [0.0]
+        client = make_client(fake, answer_timeout=1, clock=lambda: now[0],
+                             sleep=lambda s: now.__setitem__(0, now[0] + s))
+        assert client.report_now(client.event("attempt", operation_id=OP, sent=True, outcome="success")) is None
+        assert now[0] == 1.0
+        assert len(client.buffer) == 0  # stored by callgate: nothing to re-send
+
+    def test_it_raises_when_callgate_rejects_the_event_on_applying_it(self):
+        fake = FakeCallgate()
+        original = fake.handle
+
+        def rejecting(request: httpx.Request) -> httpx.Response:
+            response = original(request)
+            if request.method == "GET" and request.url.path.startswith("/api/v1/events/"):
+                return httpx.Response(200, json={**response.json(), "status": "rejected", "errors": [
+                    {"loc": "operation_id", "msg": "no call with operation_id 'op-1' in this project"}]})
+            return response
+
+        fake.handle = rejecting
+        client = make_client(fake)
+        with self.assertRaises(CallgateError) as raised:
+            client.report_now(client.event("attempt", operation_id=OP, sent=True, outcome="success"))
+        assert raised.exception.errors[0]["loc"] == "operation_id"
 
 
 class CircuitOpenRunTests(SdkTestCase):

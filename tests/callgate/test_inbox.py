@@ -1,0 +1,190 @@
+"""The inbox: ``events_receive`` stores, ``inbox_drain`` applies in arrival order, one drainer
+per project, and nothing stored is lost or applied twice."""
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+from unittest import mock, skipUnless
+
+from django.db import connection, connections
+from django.test import TransactionTestCase
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from callgate import ingest, tasks
+from callgate.ingest import event_answer, events_receive, inbox_drain
+from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall
+from callgate.schemas import EVENT_ADAPTER
+from tests.callgate.test_ingest_api import FOLLOW_UP, WEATHER, proposal
+from tests.factories import BaseTestCase, make_event
+
+
+def weather_call(i: int) -> list[dict]:
+    """A proposal and its successful attempt, correlated by request ID and call ID."""
+    return [proposal("get_weather", {"city": f"City {i}"}, request_id=f"req-{i}", call_id=f"c{i}"),
+            make_event("attempt", request_id=f"req-{i}", call_id=f"c{i}", sent=True, outcome="success",
+                       result={"temperature": i})]
+
+
+def validated(envelopes: list[dict]) -> list:
+    return [EVENT_ADAPTER.validate_python(e) for e in envelopes]
+
+
+class InboxTests(BaseTestCase):
+    def setUp(self):
+        self.client_api = self.api()
+        for name, body in (("get_weather", WEATHER), ("create_follow_up", FOLLOW_UP)):
+            assert self.client_api.put(f"/api/v1/tools/{name}", body, format="json").status_code == 201
+
+    def receive(self, envelopes: list[dict], **kwargs) -> list[str]:
+        return [o.status for o in events_receive(project=self.project, agent=self.agent,
+                                                  events=validated(envelopes), **kwargs)]
+
+    def test_an_event_is_pending_until_drained_then_applied_in_arrival_order(self):
+        proposed, attempt = weather_call(1)
+        assert self.receive([proposed]) == ["accepted"]
+        assert self.receive([attempt]) == ["accepted"]
+        found = self.client_api.get(f"/api/v1/events/{attempt['event_id']}").json()
+        assert found == {"event_id": attempt["event_id"], "status": "pending", "kind": "attempt", "errors": [],
+                         "answer": None}
+        assert not ToolCall.objects.filter(project=self.project).exists()
+
+        assert inbox_drain(self.project.pk) == 2
+        found = self.client_api.get(f"/api/v1/events/{attempt['event_id']}").json()
+        assert found["status"] == "applied" and found["answer"]["reason"] == "ok"
+        assert not InboxEvent.objects.filter(project=self.project).exists()  # applied rows live on as CallEvents
+        assert CallEvent.objects.filter(project=self.project).count() == 2
+
+    def test_a_resent_event_is_a_duplicate_while_pending_and_after_it_was_applied(self):
+        event = weather_call(1)[0]
+        assert self.receive([event, event]) == ["accepted", "duplicate"]
+        assert self.receive([event]) == ["duplicate"]
+        inbox_drain(self.project.pk)
+        assert self.receive([event]) == ["duplicate"]
+        assert CallEvent.objects.filter(event_id=event["event_id"]).count() == 1
+
+    def test_it_refuses_decisions_from_a_key_that_may_not_decide_before_storing_them(self):
+        decision = make_event("decision", operation_id="op-1", decision="approve")
+        assert self.receive([decision]) == ["rejected"]
+        assert not InboxEvent.objects.exists()
+        assert self.receive([decision], may_decide=True) == ["accepted"]
+
+    def test_receiving_a_batch_takes_a_fixed_number_of_queries(self):
+        def count(n: int, start: int) -> int:
+            envelopes = [e for i in range(start, start + n) for e in weather_call(i)]
+            with CaptureQueriesContext(connection) as queries:
+                assert set(self.receive(envelopes)) == {"accepted"}
+            return len(queries)
+
+        assert count(2, 0) == count(500, 100)
+
+    @skipUnless(connection.vendor == "postgresql", "SQLite splits bulk inserts by its 999-parameter limit")
+    def test_draining_takes_a_fixed_number_of_queries_per_chunk(self):
+        def count(n: int, start: int) -> int:
+            self.receive([e for i in range(start, start + n) for e in weather_call(i)])
+            with CaptureQueriesContext(connection) as queries:
+                assert inbox_drain(self.project.pk) == 2 * n
+            return len(queries)
+
+        assert count(2, 0) == count(ingest.DRAIN_CHUNK // 2, 100)
+
+    def test_a_rule_refusal_stays_in_the_inbox_and_does_not_block_later_events(self):
+        orphan = make_event("attempt", operation_id="op_missing", sent=True, outcome="success")
+        proposed, attempt = weather_call(1)
+        self.receive([orphan, proposed, attempt])
+        inbox_drain(self.project.pk)
+        row = InboxEvent.objects.get(event_id=orphan["event_id"])
+        assert row.status == InboxEvent.Status.REJECTED
+        assert row.errors[0]["loc"] == "operation_id"
+        assert event_answer(self.project, uuid.UUID(attempt["event_id"]))["answer"]["reason"] == "ok"
+        assert inbox_drain(self.project.pk) == 0  # a rejected row is not tried again
+
+    def test_a_body_that_no_longer_validates_is_rejected_and_the_rest_applied(self):
+        broken = InboxEvent.objects.create(project=self.project, agent=self.agent, event_id=uuid.uuid4(),
+                                           body={"type": "attempt", "sent": "maybe"})
+        proposed, attempt = weather_call(1)
+        self.receive([proposed, attempt])
+        assert inbox_drain(self.project.pk) == 3
+        broken.refresh_from_db()
+        assert broken.status == InboxEvent.Status.REJECTED and broken.errors[0]["msg"]
+        assert ToolCall.objects.get(project=self.project).reason == "ok"
+
+    def test_an_unexpected_failure_applies_the_rest_one_by_one(self):
+        events = [e for i in range(3) for e in weather_call(i)]
+        poison = events[2]["event_id"]  # the second call's proposal
+        real = ingest._apply_once
+
+        def failing(**kwargs):
+            if any(str(e.event_id) == poison for e in kwargs["events"]):
+                raise RuntimeError("injected fault")
+            return real(**kwargs)
+
+        self.receive(events)
+        with mock.patch.object(ingest, "_apply_once", failing), self.assertLogs("callgate.ingest", "ERROR"):
+            assert inbox_drain(self.project.pk) == 6
+        row = InboxEvent.objects.get(event_id=poison)
+        assert row.status == InboxEvent.Status.REJECTED and row.errors[0]["msg"] == ingest.APPLY_FAILED
+        assert ToolCall.objects.filter(project=self.project, reason="ok").count() == 2
+        # the poisoned call's attempt found no call: refused by the rules, recorded, not lost
+        assert InboxEvent.objects.get(event_id=events[3]["event_id"]).errors[0]["loc"] == "call_id"
+
+    def test_the_sweep_applies_what_a_lost_task_left(self):
+        self.receive(weather_call(1))
+        other = Agent.objects.create(project=self.other_project, name="other")
+        events_receive(project=self.other_project, agent=other, events=validated(weather_call(2)[:1]))
+        assert tasks.sweep_inbox() == 3
+        assert not InboxEvent.objects.filter(status=InboxEvent.Status.PENDING).exists()
+        assert ToolCall.objects.filter(project=self.other_project).count() == 1
+
+    def test_the_gate_applies_earlier_events_first(self):
+        body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+                "request_id": "req-1"}
+        op = self.client_api.post("/api/v1/calls", body, format="json").json()["operation_id"]
+        self.receive([make_event("attempt", operation_id=op, sent=True, outcome="timeout")])  # not applied yet
+        again = self.client_api.post("/api/v1/calls", body, format="json").json()
+        assert again["verdict"] == "reconcile" and again["reason"] == "outcome_unknown"
+
+    def test_retention_removes_old_rejected_rows_but_never_pending_ones(self):
+        self.project.retention_days = 7
+        self.project.save(update_fields=["retention_days"])
+        old = timezone.now() - timedelta(days=8)
+        for status in (InboxEvent.Status.REJECTED, InboxEvent.Status.PENDING):
+            InboxEvent.objects.create(project=self.project, agent=self.agent, event_id=uuid.uuid4(), body={},
+                                      status=status, received_at=old)
+        tasks.purge_events()
+        assert list(InboxEvent.objects.values_list("status", flat=True)) == [InboxEvent.Status.PENDING]
+
+
+@skipUnless(connection.vendor == "postgresql", "concurrent drainers need PostgreSQL's advisory locks")
+class ConcurrentDrainTests(TransactionTestCase):
+    def test_concurrent_receivers_and_drainers_apply_every_event_once_in_order(self):
+        project = Project.objects.create(slug="race", name="Race")
+        agent = Agent.objects.create(project=project, name="bot")
+        from callgate import services
+        from callgate.schemas import ContractIn
+
+        services.contract_register(agent=agent, name="get_weather", payload=ContractIn.model_validate(WEATHER))
+        batches = [[e for i in range(start, start + 50) for e in weather_call(i)] for start in range(0, 400, 50)]
+        errors: list[BaseException] = []
+
+        def work(batch: list[dict]) -> None:
+            try:
+                events_receive(project=project, agent=agent, events=validated(batch))
+                inbox_drain(project.pk)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=work, args=(batch,)) for batch in batches]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        inbox_drain(project.pk)  # a drainer that lost the lock race left nothing behind
+        assert not InboxEvent.objects.filter(project=project).exists()
+        assert CallEvent.objects.filter(project=project).count() == 800
+        assert ToolCall.objects.filter(project=project).count() == 400
+        assert set(ToolCall.objects.filter(project=project).values_list("reason", flat=True)) == {"ok"}
