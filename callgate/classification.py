@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
-from jsonschema import Draft202012Validator
+import re2
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, ValidationError
 from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
@@ -125,23 +126,98 @@ def _refuse_retrieval(uri: str):
 NO_REMOTE_REFS = Registry(retrieve=_refuse_retrieval)
 
 
-def _refs(schema: Any) -> list[tuple[str, str]]:
-    """``(where, $ref)`` of every reference in ``schema``, without recursion."""
-    found, stack = [], [(schema, "")]
+def _walk(schema: Any) -> Iterable[tuple[str, dict]]:
+    """``(where, object)`` for every JSON object inside ``schema``, without recursion."""
+    stack = [(schema, "")]
     while stack:
         node, where = stack.pop()
         if isinstance(node, dict):
-            if isinstance(node.get("$ref"), str):
-                found.append((where or "(root)", node["$ref"]))
+            yield where or "(root)", node
             stack.extend((value, f"{where}/{key}") for key, value in node.items())
         elif isinstance(node, list):
             stack.extend((value, f"{where}/{index}") for index, value in enumerate(node))
-    return found
+
+
+# --- regular expressions: RE2, linear time ---------------------------------------------------
+#
+# Contracts come from agents and arguments from models, so a schema's ``pattern`` must not
+# be able to stall a worker (catastrophic backtracking, "ReDoS"). jsonschema matches with
+# Python's backtracking ``re``; callgate's validator runs ``pattern``, ``patternProperties``
+# and the ``additionalProperties`` that depends on them with RE2 (google-re2), whose time is
+# linear in the input. RE2 has no backreferences or look-around: such patterns are refused
+# when the contract is registered.
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@lru_cache(maxsize=2048)
+def _regex(pattern: str):
+    """The compiled RE2 pattern; raises ``re2.error`` for syntax RE2 does not run."""
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
+def _regex_problem(pattern: Any) -> str | None:
+    if not isinstance(pattern, str):
+        return None  # check_schema reports the type
+    try:
+        _regex(pattern)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        return f"{pattern!r} is not a regular expression callgate can run in linear time ({reason}; " \
+               "RE2 syntax: no backreferences or look-around)"
+    return None
+
+
+def _pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not _regex(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator, pattern_properties, instance, schema):
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in pattern_properties.items():
+        for key, value in instance.items():
+            if _regex(pattern).search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator, additional, instance, schema):
+    """jsonschema's ``additionalProperties`` with the ``patternProperties`` matched by RE2."""
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = [_regex(p) for p in schema.get("patternProperties", {})]
+    extras = [key for key in instance if key not in properties and not any(p.search(key) for p in patterns)]
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        if patterns:
+            joined = ", ".join(repr(each) for each in sorted(extras))
+            regexes = ", ".join(repr(each) for each in sorted(schema["patternProperties"]))
+            yield ValidationError(f"{joined} {'does' if len(extras) == 1 else 'do'} not match any of the "
+                                  f"regexes: {regexes}")
+        else:
+            yield ValidationError(f"Additional properties are not allowed "
+                                  f"({', '.join(repr(e) for e in sorted(extras))} "
+                                  f"{'was' if len(extras) == 1 else 'were'} unexpected)")
+
+
+Validator = validators.extend(Draft202012Validator, {
+    "pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
+})
+
+
+def _refs(schema: Any) -> list[tuple[str, str]]:
+    """``(where, $ref)`` of every reference in ``schema``."""
+    return [(where, node["$ref"]) for where, node in _walk(schema) if isinstance(node.get("$ref"), str)]
 
 
 def schema_problems(schema: dict) -> str | None:
     """None when ``schema`` is a valid draft 2020-12 JSON Schema of an object whose every
-    ``$ref`` is local and resolves, else why not."""
+    ``$ref`` is local and resolves and whose every regular expression runs in RE2, else why not."""
     if not isinstance(schema, dict):
         return "parameters must be a JSON Schema object"
     if schema.get("$schema", DIALECT).rstrip("#") != DIALECT:
@@ -153,6 +229,15 @@ def schema_problems(schema: dict) -> str | None:
         return f"invalid JSON Schema at {where}: {exc.message}"
     if schema.get("type", "object") != "object":
         return "parameters must describe an object (type: object)"
+    for where, node in _walk(schema):
+        for pattern in ([node["pattern"]] if isinstance(node.get("pattern"), str) else []) + (
+                list(node["patternProperties"]) if isinstance(node.get("patternProperties"), dict) else []):
+            if problem := _regex_problem(pattern):
+                return f"pattern at {where}: {problem}"
+        if "patternProperties" in node and "unevaluatedProperties" in node:
+            # jsonschema would match these patterns with Python's backtracking re
+            return f"at {where}: patternProperties cannot be combined with unevaluatedProperties; " \
+                   "use additionalProperties"
     resolver = NO_REMOTE_REFS.with_resource("urn:callgate:contract", DRAFT202012.create_resource(schema)).resolver(
         base_uri="urn:callgate:contract")
     for where, ref in _refs(schema):
@@ -197,7 +282,7 @@ def _strict(schema: Any, *, in_all_of: bool = False) -> Any:
 @lru_cache(maxsize=512)
 def _validator(schema_json: str) -> Draft202012Validator:
     schema = _strict(json.loads(schema_json))
-    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=NO_REMOTE_REFS)
+    return Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=NO_REMOTE_REFS)
 
 
 def json_path(parts: Iterable[Any]) -> str:

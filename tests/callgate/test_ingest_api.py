@@ -337,11 +337,12 @@ class ToolRegistrationTests(BaseTestCase):
         assert response.json()["errors"][0]["loc"] == "parameters"
         assert "properties/city/type" in response.json()["error"]
 
-    def test_it_rejects_remote_or_dangling_refs_and_other_dialects(self):
+    def test_it_rejects_remote_or_dangling_refs_other_dialects_and_backtracking_patterns(self):
         for parameters, needle in (
             ({"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/internal"}}}, "must be local"),
             ({"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}}, "points to nothing"),
             ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"}, "2020-12"),
+            ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=x)x"}}}, "linear time"),
         ):
             response = self.api().put("/api/v1/tools/t", {**WEATHER, "parameters": parameters}, format="json")
             assert response.status_code == 400, parameters
