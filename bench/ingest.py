@@ -43,6 +43,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 
+import callgate.wsgi  # noqa: E402,F401  (the server's start-up, including its gc.freeze())
 from callgate.auth import api_key_issue  # noqa: E402
 from callgate.ingest import inbox_drain  # noqa: E402
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall  # noqa: E402

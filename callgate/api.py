@@ -150,26 +150,27 @@ class EventsIngestApi(APIView):
             return _error("The batch is empty: send one event object or a non-empty array.", code=400)
         prefix = "events" if isinstance(body, list) else ""
         valid, results = [], []
+        validate = EVENT_ADAPTER.validate_python
         for index, item in enumerate(items):
-            loc = f"{prefix}[{index}]" if prefix else ""
-            event_id = item.get("event_id") if isinstance(item, dict) else None
             try:
-                valid.append((index, EVENT_ADAPTER.validate_python(item)))
+                valid.append((index, validate(item)))
                 results.append(None)
             except ValidationError as exc:
+                event_id = item.get("event_id") if isinstance(item, dict) else None
                 results.append({"index": index, "event_id": str(event_id) if event_id else None, "status": "rejected",
-                                "errors": error_list(exc, prefix=loc)})
+                                "errors": error_list(exc, prefix=f"{prefix}[{index}]" if prefix else "")})
+        counts = {"accepted": 0, "duplicate": 0, "rejected": len(items) - len(valid)}
         if valid:
             outcomes = events_receive(project=principal.project, agent=principal.agent,
                                       events=[e for _, e in valid], may_decide=principal.api_key.can_decide)
             for (index, event), outcome in zip(valid, outcomes):
+                counts[outcome.status] += 1
                 errors = [{"loc": f"{prefix}[{index}].{e['loc']}" if prefix else e["loc"], "msg": e["msg"]}
-                          for e in outcome.errors]
+                          for e in outcome.errors] if outcome.errors else []
                 results[index] = {"index": index, "event_id": str(event.event_id), "status": outcome.status,
                                   "errors": errors}
-            if any(o.status == "accepted" for o in outcomes):
+            if counts["accepted"]:
                 drain_inbox_enqueue(principal.project.pk)
-        counts = {s: sum(1 for r in results if r["status"] == s) for s in ("accepted", "duplicate", "rejected")}
         code = HTTP_207_MULTI_STATUS if counts["rejected"] else status.HTTP_200_OK
         return Response({"accepted": counts["accepted"], "duplicates": counts["duplicate"],
                          "rejected": counts["rejected"], "results": results}, status=code)
