@@ -15,8 +15,11 @@ class OpenApiTests(BaseTestCase):
         call_command("spectacular", "--format", "openapi-json", "--validate", "--fail-on-warn", stdout=out)
         document = json.loads(out.getvalue())
         assert document["openapi"].startswith("3.1")
-        for path in ("/api/v1/events", "/api/v1/calls", "/api/v1/calls/{operation_id}", "/api/v1/tools/{name}"):
+        for path in ("/api/v1/events", "/api/v1/events/{event_id}", "/api/v1/calls", "/api/v1/calls/{operation_id}",
+                     "/api/v1/tools/{name}"):
             assert path in document["paths"]
+        event = document["paths"]["/api/v1/events/{event_id}"]["get"]
+        assert {"200", "400", "404"} <= set(event["responses"])
         events = document["paths"]["/api/v1/events"]["post"]
         assert {"200", "207", "413"} <= set(events["responses"])
         assert "207" in events["description"] or "Multi-Status" in events["description"]
