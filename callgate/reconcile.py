@@ -9,7 +9,10 @@ The target's look-up endpoint (a contract with ``reconcile_method == "http"``)
     ``GET <contract.reconcile_url with {operation_id} replaced by the URL-quoted ID>``
     with ``settings.CALLGATE_RECONCILE_AUTH_HEADER`` (``"Name: value"``, e.g.
     ``"Authorization: Bearer xyz"``) when set -- never a credential from the contract --
-    and a timeout of ``settings.CALLGATE_RECONCILE_TIMEOUT`` seconds. It must answer
+    and a timeout of ``settings.CALLGATE_RECONCILE_TIMEOUT`` seconds, only to an origin
+    callgate may reach (``lookup_refusal``, applied by ``make_client``'s transport: contracts
+    are written by agents, so a look-up URL must not make callgate probe its own network).
+    It must answer
     - 200 ``{"operation_id": str, "request": {...the arguments the target received},
       "receipt": any}`` when the operation is known (``callgate.simulator``'s look-up);
     - 404 when it is not (``absent``).
@@ -25,7 +28,9 @@ and from ``true``), and both sides must have the same keys.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -76,11 +81,25 @@ class LookupResult:
         return detail
 
 
+class LookupRefused(httpx.TransportError):
+    """The look-up's origin is one callgate may not reach (``lookup_refusal`` says why)."""
+
+
+class _GuardedTransport(httpx.HTTPTransport):
+    """httpx's transport, refusing origins ``lookup_refusal`` refuses before connecting."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if refusal := lookup_refusal(str(request.url)):
+            raise LookupRefused(refusal, request=request)
+        return super().handle_request(request)
+
+
 def make_client() -> httpx.Client:
     """The HTTP client of a look-up made without one (the task's). No redirects: a look-up
     that redirects is answered as could-not-tell, and credentials never follow a redirect.
-    Tests patch this to reach the simulator in-process."""
-    return httpx.Client(follow_redirects=False)
+    Its transport refuses origins callgate may not reach (``lookup_refusal``). Tests and the
+    demo patch this to reach the simulator in-process."""
+    return httpx.Client(follow_redirects=False, transport=_GuardedTransport())
 
 
 def reconcile_url(*, contract, operation_id: str) -> str:
@@ -107,6 +126,38 @@ def _auth_headers(url: str) -> dict[str, str]:
     if not sep or not name.strip():
         raise ValueError("CALLGATE_RECONCILE_AUTH_HEADER must look like 'Name: value'")
     return {name.strip(): value.strip()}
+
+
+def lookup_refusal(url: str) -> str | None:
+    """Why callgate will not look ``url`` up, or ``None`` when it may.
+
+    An origin in ``CALLGATE_RECONCILE_ORIGINS`` or ``CALLGATE_RECONCILE_AUTH_ORIGINS`` may
+    always be reached. When ``CALLGATE_RECONCILE_ORIGINS`` is set, nothing else may. When it
+    is not, any host whose every address is public may (``ipaddress``'s ``is_global``):
+    loopback, private, link-local (cloud metadata at 169.254.169.254) and reserved addresses
+    are refused, so a contract cannot point callgate at its own network. A host that does not
+    resolve is left to fail as a connection error. The addresses are checked before the
+    request, not pinned for it: a name that changes its answer in between (DNS rebinding)
+    needs ``CALLGATE_RECONCILE_ORIGINS``."""
+    listed = {o.rstrip("/").lower() for o in [*getattr(settings, "CALLGATE_RECONCILE_ORIGINS", []),
+                                             *getattr(settings, "CALLGATE_RECONCILE_AUTH_ORIGINS", [])]}
+    here = origin(url)
+    if here in listed:
+        return None
+    if getattr(settings, "CALLGATE_RECONCILE_ORIGINS", []):
+        return f"{here} is not in CALLGATE_RECONCILE_ORIGINS; callgate looks operations up only there"
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
+    except (OSError, ValueError, UnicodeError):
+        return None
+    for address in sorted(addresses):
+        if not ipaddress.ip_address(address.split("%")[0]).is_global:
+            return (f"{host} resolves to a non-public address ({address}); list {here} in "
+                    "CALLGATE_RECONCILE_ORIGINS to let callgate look operations up there")
+    return None
 
 
 def _canonical(value: Any) -> str:
@@ -157,6 +208,8 @@ def reconcile_lookup(
         return LookupResult(
             UNKNOWN, detail=f"look-up timed out after {timeout:g} s", transient=True
         )
+    except LookupRefused as exc:
+        return LookupResult(UNKNOWN, detail=str(exc))
     except httpx.TransportError as exc:
         return LookupResult(UNKNOWN, detail=f"look-up failed: {type(exc).__name__}", transient=True)
     except httpx.InvalidURL:

@@ -273,6 +273,9 @@ CALLGATE_RECONCILE_AUTH_HEADER = env_str("CALLGATE_RECONCILE_AUTH_HEADER") or ""
 #: Origins (scheme://host[:port]) that may receive CALLGATE_RECONCILE_AUTH_HEADER. Contracts are
 #: written by agents, so the credential never goes to an origin that is not listed here.
 CALLGATE_RECONCILE_AUTH_ORIGINS = env_list("CALLGATE_RECONCILE_AUTH_ORIGINS", [])
+#: Origins reconcile look-ups may go to. Empty: any origin whose host has only public
+#: addresses (plus the AUTH origins above); loopback, private and link-local are refused.
+CALLGATE_RECONCILE_ORIGINS = env_list("CALLGATE_RECONCILE_ORIGINS", [])
 CALLGATE_RECONCILE_TIMEOUT = env_int("CALLGATE_RECONCILE_TIMEOUT", 5, minimum=1)  # seconds
 CALLGATE_REVIEW_CLAIM_LEASE = env_int("CALLGATE_REVIEW_CLAIM_LEASE", 15 * 60, minimum=60)  # seconds
 

@@ -197,6 +197,31 @@ class ReconcileLookupTests(ReconcileLookupTestCase):
             )
 
 
+class LookupOriginTests(SimpleTestCase):
+    """Look-ups over the network (``make_client``) never reach callgate's own network."""
+
+    def lookup(self, url: str):
+        contract = ToolContract(name="t", reconcile_method="http", reconcile_url=url)
+        return reconcile_lookup(contract=contract, operation_id="op-1", arguments=ARGS)
+
+    def test_it_refuses_loopback_private_and_link_local_addresses_without_connecting(self):
+        for url in ("http://127.0.0.1:9/ops/{operation_id}", "http://10.1.2.3/ops/{operation_id}",
+                    "http://169.254.169.254/latest/meta-data/{operation_id}", "http://[::1]:9/{operation_id}",
+                    "http://localhost:9/ops/{operation_id}"):
+            result = self.lookup(url)
+            assert (result.outcome, result.transient) == (UNKNOWN, False), url
+            assert "non-public address" in result.detail and "CALLGATE_RECONCILE_ORIGINS" in result.detail
+
+    @override_settings(CALLGATE_RECONCILE_ORIGINS=["http://127.0.0.1:9"])
+    def test_a_listed_origin_is_reached_and_nothing_else(self):
+        reached = self.lookup("http://127.0.0.1:9/ops/{operation_id}")  # nothing listens on port 9
+        assert (reached.outcome, reached.transient) == (UNKNOWN, True)
+        assert reached.detail.startswith("look-up failed")
+        other = self.lookup("https://tickets.example.com/ops/{operation_id}")
+        assert (other.outcome, other.transient) == (UNKNOWN, False)
+        assert "not in CALLGATE_RECONCILE_ORIGINS" in other.detail
+
+
 class ReconcileLookupAuthTests(ReconcileLookupTestCase):
     @override_settings(CALLGATE_RECONCILE_AUTH_HEADER="")
     def test_it_cannot_tell_without_credentials(self):
