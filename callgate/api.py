@@ -7,7 +7,6 @@ Every error answers ``{"error": "…", "errors": [{"loc": "field.path", "msg": "
 """
 from __future__ import annotations
 
-import json
 import re
 import uuid
 
@@ -20,9 +19,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from callgate import services
+from callgate import providers, services
 from callgate.auth import AgentPrincipal
-from callgate.ingest import call_answer, event_answer, events_receive, inbox_drain
+from callgate.ingest import APPLY_FAILED, call_answer, event_answer, events_receive, inbox_drain
 from callgate.models import ToolCall
 from callgate.schemas import (
     EVENT_ADAPTER, CallAnswer, CallDetail, ContractIn, ContractOut, ErrorBody, EventsResponse, EventStatus,
@@ -70,11 +69,10 @@ def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES):
     raw = request.body
     if len(raw) > limit:
         raise PayloadTooLarge(limit)
-    if b"\\u0000" in raw:
-        # PostgreSQL's jsonb cannot hold U+0000; keep the event, with U+FFFD in its place.
-        raw = _NUL_ESCAPE.sub(rb"\1\\ufffd", raw)
     try:
-        body = json.loads(raw, parse_constant=_no_constants)
+        # PostgreSQL's jsonb cannot hold U+0000 or unpaired surrogates: the event is kept,
+        # with U+FFFD in their place
+        body = providers.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise exceptions.ParseError(f"The body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -82,13 +80,6 @@ def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES):
     if _depth(body) > MAX_JSON_DEPTH:
         raise exceptions.ParseError(f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
     return body
-
-
-_NUL_ESCAPE = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
-
-
-def _no_constants(name: str):
-    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
 
 
 def _depth(value) -> int:
@@ -203,15 +194,19 @@ class GateCheckApi(APIView):
             request_id=gate.request_id, conversation_id=gate.conversation_id, trace_id=gate.trace_id, actor=gate.actor,
             **services.gate_envelope(gate),
         )
-        # the same path as /events, then applied at once (after any events received before it)
-        events_receive(project=principal.project, agent=principal.agent, events=[event])
-        inbox_drain(principal.project.pk, wait=True)
+        # the same path as /events, then applied at once (after the events received before it)
+        [received] = events_receive(project=principal.project, agent=principal.agent, events=[event])
+        if received.status == "rejected":
+            return _error(f"Invalid gate request: {received.errors[0]['msg']}", received.errors)
+        inbox_drain(principal.project.pk)
         found = event_answer(principal.project, event.event_id)
         if found is None or found["kind"] != "proposed":  # a re-sent check finds its first answer; not another kind
             return _error("This event_id was already used for another kind of event; send a new one.",
                           [{"loc": "event_id", "msg": "already used"}], code=status.HTTP_409_CONFLICT)
         if found["status"] != "applied":
-            return _error(found["errors"][0]["msg"], found["errors"], code=status.HTTP_409_CONFLICT)
+            failed = any(e["msg"] == APPLY_FAILED for e in found["errors"])  # callgate's bug, not the request's
+            return _error(found["errors"][0]["msg"], found["errors"],
+                          code=status.HTTP_500_INTERNAL_SERVER_ERROR if failed else status.HTTP_409_CONFLICT)
         return Response(found["answer"])
 
 

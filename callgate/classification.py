@@ -229,15 +229,21 @@ def schema_problems(schema: dict) -> str | None:
         return f"invalid JSON Schema at {where}: {exc.message}"
     if schema.get("type", "object") != "object":
         return "parameters must describe an object (type: object)"
+    pattern_properties, unevaluated = None, None
     for where, node in _walk(schema):
         for pattern in ([node["pattern"]] if isinstance(node.get("pattern"), str) else []) + (
                 list(node["patternProperties"]) if isinstance(node.get("patternProperties"), dict) else []):
             if problem := _regex_problem(pattern):
                 return f"pattern at {where}: {problem}"
-        if "patternProperties" in node and "unevaluatedProperties" in node:
-            # jsonschema would match these patterns with Python's backtracking re
-            return f"at {where}: patternProperties cannot be combined with unevaluatedProperties; " \
-                   "use additionalProperties"
+        if isinstance(node.get("patternProperties"), dict):
+            pattern_properties = pattern_properties or where
+        if "unevaluatedProperties" in node:
+            unevaluated = unevaluated or where
+    if pattern_properties and unevaluated:
+        # jsonschema evaluates unevaluatedProperties through every subschema (allOf, $ref, …)
+        # and would match those patterns with Python's backtracking re
+        return (f"patternProperties (at {pattern_properties}) cannot be used in a schema with "
+                f"unevaluatedProperties (at {unevaluated}); use additionalProperties")
     resolver = NO_REMOTE_REFS.with_resource("urn:callgate:contract", DRAFT202012.create_resource(schema)).resolver(
         base_uri="urn:callgate:contract")
     for where, ref in _refs(schema):
@@ -390,7 +396,7 @@ def validate_arguments(arguments: dict, parameters: dict, *, schema_key: str | N
     try:
         validator = _validator(schema_key or json.dumps(parameters, sort_keys=True))
         errors = list(validator.iter_errors(arguments))
-    except (SchemaError, Unresolvable, TypeError, ValueError, RecursionError) as exc:
+    except (SchemaError, Unresolvable, TypeError, ValueError, RecursionError, re2.error) as exc:
         return [Problem(R.CONSTRAINT_VIOLATION, "$", f"the tool's schema cannot be applied ({type(exc).__name__})")]
     problems = [p for error in errors for p in _problems_from(error)]
     unique = list(dict.fromkeys(problems))

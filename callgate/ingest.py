@@ -561,23 +561,22 @@ def _apply_once(*, project, agent, events, source, user) -> list[Outcome]:
 
 # --- the inbox: receive now, apply in order -------------------------------------------------
 
-#: Inbox rows applied per transaction; a gate check waits for at most one chunk of another
-#: drainer's work.
+#: Inbox rows applied per transaction (and per hold of the project's drain lock).
 DRAIN_CHUNK = 500
 #: First key of the PostgreSQL advisory lock that serialises one project's drain (the
 #: second key is the project's ID). Any fixed 32-bit number unused elsewhere.
 DRAIN_LOCK_CLASS = 0x63676174  # "cgat"
-_local_drain_lock = threading.Lock()  # databases without advisory locks (SQLite): one drainer per process
 
 
 def events_receive(*, project: Project, agent: Agent, events: list[Any], may_decide: bool = False) -> list[Outcome]:
     """Store validated events (``callgate.schemas`` models) in the inbox; one ``Outcome`` each,
     in order: ``accepted`` (stored; ``inbox_drain`` applies it), ``duplicate`` (its
-    ``event_id`` was received before, or earlier in this batch) or ``rejected``.
+    ``event_id`` was applied before, is pending, or came earlier in this batch; one the rules
+    rejected is taken again) or ``rejected``.
 
     The only rule checked here is who may decide: ``decision`` and ``approval_expired``
     events are rejected unless ``may_decide`` (the key's ``can_decide``). Everything else the
-    rules say happens when the event is applied. One statement whatever the batch size
+    rules say happens when the event is applied. One insert whatever the batch size
     (``_inbox_insert``)."""
     outcomes: list[Outcome | None] = [None] * len(events)
     fresh: dict[uuid.UUID, int] = {}
@@ -590,31 +589,55 @@ def events_receive(*, project: Project, agent: Agent, events: list[Any], may_dec
             outcomes[index] = Outcome(status="duplicate")
         else:
             fresh[event.event_id] = index
-    if fresh:
-        stored = _inbox_insert(project=project, agent=agent, rows=[(i, events[index]) for i, index in fresh.items()])
+    rows = []
+    for event_id, index in list(fresh.items()):
+        try:
+            rows.append((event_id, events[index].model_dump_json()))
+        except ValueError as exc:  # pydantic's serialisation errors; the door should have caught them
+            outcomes[index] = Outcome(status="rejected", errors=[{"loc": "", "msg": f"cannot be stored: {exc}"[:500]}])
+            del fresh[event_id]
+    if rows:
+        stored = _inbox_insert(project=project, agent=agent, rows=rows)
         for event_id, index in fresh.items():
             outcomes[index] = Outcome(status="accepted" if event_id in stored else "duplicate")
     return outcomes  # type: ignore[return-value]
 
 
-def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[uuid.UUID, Any]]) -> set[uuid.UUID]:
-    """Insert ``(event_id, event)`` rows, in order, unless the event ID is in the inbox already
-    (``ON CONFLICT DO NOTHING``) or was applied before (a ``CallEvent`` has it); returns the
-    event IDs stored.
+def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[uuid.UUID, str]]) -> set[uuid.UUID]:
+    """Insert ``(event_id, event as JSON)`` rows, in order, unless the event ID is pending in
+    the inbox already or was applied before (a ``CallEvent`` has it); returns the event IDs
+    stored. A re-sent event whose first copy the rules rejected is taken again, at the end of
+    the queue (the call it needed may exist by now): only then, a delete and a second insert.
 
     Hand-written SQL: the ORM's ``bulk_create(ignore_conflicts=True)`` cannot say which rows
-    it skipped, and this is the ingest hot path. PostgreSQL: one statement over the events as
-    one JSON array (``jsonb_array_elements``; ``model_dump_json`` writes the event ID in
-    canonical form), its text short and fixed whatever the batch size. Elsewhere (SQLite, the
-    embedded default): one look-up of applied IDs and one multi-row ``VALUES`` insert."""
+    it skipped, and this is the ingest hot path."""
+    with transaction.atomic():
+        stored = _insert_rows(project=project, agent=agent, rows=rows)
+        if len(stored) < len(rows):
+            skipped = [event_id for event_id, _ in rows if event_id not in stored]
+            rejected = InboxEvent.objects.filter(project=project, status=InboxEvent.Status.REJECTED,
+                                                 event_id__in=skipped)
+            retry = set(rejected.values_list("event_id", flat=True))
+            if retry:
+                rejected.filter(event_id__in=retry).delete()
+                stored |= _insert_rows(project=project, agent=agent, rows=[r for r in rows if r[0] in retry])
+        return stored
+
+
+def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[uuid.UUID, str]]) -> set[uuid.UUID]:
+    """One insert, ``ON CONFLICT (project, event_id) DO NOTHING``, skipping applied event IDs.
+    PostgreSQL: one statement over the events as one JSON array (``jsonb_array_elements``;
+    ``model_dump_json`` writes the event ID in canonical form), its text short and fixed
+    whatever the batch size. Elsewhere (SQLite, the embedded default): one look-up of applied
+    IDs and one multi-row ``VALUES`` insert."""
     meta = InboxEvent._meta
     received_at = meta.get_field("received_at").get_db_prep_value(timezone.now(), connection)
     event_id_field = meta.get_field("event_id")
     columns = "project_id, agent_id, event_id, body, received_at, status, errors"
-    with transaction.atomic(), connection.cursor() as cursor:
+    with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             # the events travel as one JSON array (one escaped string, not 2 × N parameters)
-            document = "[" + ",".join(event.model_dump_json() for _, event in rows) + "]"
+            document = "[" + ",".join(body for _, body in rows) + "]"
             cursor.execute(
                 f"INSERT INTO {meta.db_table} ({columns}) "
                 f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, e.body, %s, %s, '[]'::jsonb "
@@ -627,62 +650,64 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[uuid.UUID,
         else:
             applied = set(CallEvent.objects.filter(project=project, event_id__in=[i for i, _ in rows])
                           .values_list("event_id", flat=True))
-            rows = [(event_id, event) for event_id, event in rows if event_id not in applied]
+            rows = [(event_id, body) for event_id, body in rows if event_id not in applied]
             if not rows:
                 return set()
             params: list[Any] = []
-            for event_id, event in rows:
+            for event_id, body in rows:
                 params += [project.pk, agent.pk, event_id_field.get_db_prep_value(event_id, connection),
-                           event.model_dump_json(), received_at, InboxEvent.Status.PENDING, "[]"]
+                           body, received_at, InboxEvent.Status.PENDING, "[]"]
             values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(rows))
             cursor.execute(f"INSERT INTO {meta.db_table} ({columns}) VALUES {values} "
                            f"ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id", params)
         return {event_id_field.to_python(value) for (value,) in cursor.fetchall()}
 
 
-def inbox_drain(project_id: int, *, wait: bool = False) -> int:
-    """Apply the project's pending inbox events in arrival order, ``DRAIN_CHUNK`` per
-    transaction, until none is left; returns how many rows were processed (applied or
-    rejected). One drainer per project at a time (a PostgreSQL advisory lock; a process lock
-    elsewhere): with ``wait=False`` (the Celery task) a drainer that finds the lock taken
-    leaves the work to its holder, which checks for new rows after releasing it; with
-    ``wait=True`` (the gate, which needs its own event applied) it waits its turn."""
+def inbox_drain(project_id: int) -> int:
+    """Apply the project's pending inbox events received so far (up to the newest pending row
+    when called), in arrival order, ``DRAIN_CHUNK`` per transaction; returns how many rows it
+    processed (applied or rejected). Bounded: rows received after the call are left to the
+    drain their own request enqueued, so a gate check never waits for events sent after it.
+
+    One drainer per project at a time, per chunk (a PostgreSQL advisory lock; a per-project
+    process lock elsewhere): a second drainer waits at most one chunk, then continues with
+    whatever is still pending up to its own bound (often nothing: the first took it)."""
+    bound = (InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING)
+             .order_by("-id").values_list("id", flat=True).first())
     processed = 0
-    while True:
-        done = _drain_chunk(project_id, wait=wait)
-        if done is None:
-            return processed
+    while bound is not None:
+        done = _drain_chunk(project_id, bound=bound)
+        if not done:
+            break
         processed += done
-        if done == 0 and not InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING).exists():
-            return processed
+    return processed
+
+
+_local_locks_guard = threading.Lock()
+_local_locks: dict[int, threading.Lock] = {}
 
 
 @contextmanager
-def _drain_lock(project_id: int, *, wait: bool) -> Iterator[bool]:
-    """Inside a transaction: whether this drainer holds the project's drain lock."""
+def _drain_lock(project_id: int) -> Iterator[None]:
+    """Inside a transaction: hold the project's drain lock until the transaction ends."""
     if connection.vendor == "postgresql":
-        function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {function}(%s, %s)", [DRAIN_LOCK_CLASS, project_id])
-            held = cursor.fetchone()[0] is not False
-        yield held  # released when the transaction ends
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [DRAIN_LOCK_CLASS, project_id])
+        yield  # released when the transaction ends
         return
-    if not _local_drain_lock.acquire(blocking=wait):
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        _local_drain_lock.release()
+    with _local_locks_guard:
+        lock = _local_locks.setdefault(project_id, threading.Lock())
+    with lock:
+        yield
 
 
-def _drain_chunk(project_id: int, *, wait: bool) -> int | None:
-    """Apply up to ``DRAIN_CHUNK`` pending rows in one transaction; ``None`` when another
-    drainer holds the lock. A fixed number of queries per chunk and per run of one agent's rows."""
-    with transaction.atomic(), _drain_lock(project_id, wait=wait) as held:
-        if not held:
-            return None
-        rows = list(InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING)
+def _drain_chunk(project_id: int, *, bound: int) -> int:
+    """Apply up to ``DRAIN_CHUNK`` pending rows with ``id <= bound`` in one transaction; how
+    many were processed. A fixed number of queries per chunk and per run of one agent's rows.
+    A rejected row keeps its body with obvious secrets and the project's sensitive fields
+    redacted (``redact``), like a stored ``CallEvent``."""
+    with transaction.atomic(), _drain_lock(project_id):
+        rows = list(InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING, id__lte=bound)
                     .order_by("id")[:DRAIN_CHUNK])
         if not rows:
             return 0
@@ -703,7 +728,11 @@ def _drain_chunk(project_id: int, *, wait: bool) -> int | None:
             start = end
         InboxEvent.objects.filter(pk__in=done).delete()
         if rejected:
-            InboxEvent.objects.bulk_update(rejected, ["status", "errors"])
+            sensitive = {name for names in ToolContract.objects.filter(project_id=project_id)
+                         .values_list("sensitive_fields", flat=True) for name in names or ()}
+            for row in rejected:
+                row.body = redact(row.body, sensitive)
+            InboxEvent.objects.bulk_update(rejected, ["status", "errors", "body"])
         return len(rows)
 
 

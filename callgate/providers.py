@@ -20,12 +20,53 @@ call comes back with ``malformed`` set, which classifies as ``malformed_call``.
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 FORMATS = ("openai", "openai_responses", "anthropic", "gemini", "mcp", "plain")
 
 _NO_VALUE = object()
+
+#: What PostgreSQL's jsonb (and UTF-8) cannot hold: U+0000 and UTF-16 surrogates left unpaired
+#: by a JSON ``\u`` escape (RFC 8259 §8.2 allows them; Unicode text cannot carry them).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class NotFinite(ValueError):
+    """A JSON number beyond the range of a double (``1e400``): Python would read infinity."""
+
+
+def finite_float(text: str) -> float:
+    """``parse_float`` for ``json.loads``: the number, or ``NotFinite``."""
+    value = float(text)
+    if math.isinf(value):
+        raise NotFinite(f"the number {text[:40]} is too large (beyond the range of a double)")
+    return value
+
+
+def no_constants(name: str):
+    """``parse_constant`` for ``json.loads``: NaN and Infinity are not JSON (RFC 8259 §6)."""
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` that refuses NaN, Infinity and out-of-range numbers (``ValueError``) and
+    replaces what cannot be stored (U+0000, unpaired surrogates) by U+FFFD, keys included."""
+    value = json.loads(text, parse_constant=no_constants, parse_float=finite_float)
+    needle = b"\\u" if isinstance(text, bytes) else "\\u"
+    return _storable(value) if needle in text else value  # only escapes can produce them
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -66,7 +107,7 @@ def _arguments(tool: Any, raw: Any, call_id: Any, *, missing_ok: bool = False) -
         return Proposal(tool=tool, call_id=call_id, parse_error="no arguments were sent")
     if isinstance(raw, str):
         try:
-            value = json.loads(raw)
+            value = loads(raw)
         except (ValueError, RecursionError) as exc:
             return Proposal(tool=tool, raw_arguments=raw, call_id=call_id, parse_error=_json_error(exc, raw))
         if not isinstance(value, dict):
@@ -89,6 +130,8 @@ def _json_error(exc: Exception, raw: str) -> str:
         return "the arguments are wrapped in a markdown code fence"
     if isinstance(exc, json.JSONDecodeError):
         return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, ValueError):
+        return str(exc)
     return "the arguments are nested too deeply"
 
 

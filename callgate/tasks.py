@@ -143,7 +143,7 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
 @shared_task(name="callgate.tasks.drain_inbox", ignore_result=True)
 def drain_inbox(project_id: int) -> int:
     """Apply the project's pending inbox events in order; returns rows processed. Safe to run
-    twice at once or again: one drainer per project holds the lock, the other returns."""
+    twice at once or again: drainers of one project take turns, one chunk at a time."""
     return inbox_drain(project_id)
 
 

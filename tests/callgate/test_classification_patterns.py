@@ -51,8 +51,14 @@ def test_patterns_re2_cannot_run_are_refused_naming_where(parameters, needle):
     assert problem is not None and needle in problem and "linear time" in problem
 
 
-def test_pattern_properties_with_unevaluated_properties_are_refused():
-    problem = schema_problems({"type": "object", "patternProperties": {"^x": {}}, "unevaluatedProperties": False})
+@pytest.mark.parametrize("parameters", [
+    {"type": "object", "patternProperties": {"^x": {}}, "unevaluatedProperties": False},
+    {"type": "object", "allOf": [{"patternProperties": {CATASTROPHIC: {}}}], "unevaluatedProperties": False},
+    {"type": "object", "$defs": {"p": {"patternProperties": {"^x": {}}}}, "$ref": "#/$defs/p",
+     "unevaluatedProperties": False},
+])
+def test_pattern_properties_anywhere_with_unevaluated_properties_are_refused(parameters):
+    problem = schema_problems(parameters)
     assert problem is not None and "unevaluatedProperties" in problem
 
 

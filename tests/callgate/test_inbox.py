@@ -129,6 +129,29 @@ class InboxTests(BaseTestCase):
         # the poisoned call's attempt found no call: refused by the rules, recorded, not lost
         assert InboxEvent.objects.get(event_id=events[3]["event_id"]).errors[0]["loc"] == "call_id"
 
+    def test_a_drain_stops_at_the_rows_received_before_it(self):
+        self.receive(weather_call(1))
+        bound = InboxEvent.objects.filter(project=self.project).order_by("-id").values_list("id", flat=True)[0]
+        self.receive(weather_call(2))  # arrives "during" the drain
+        assert ingest._drain_chunk(self.project.pk, bound=bound) == 2
+        assert InboxEvent.objects.filter(project=self.project, status=InboxEvent.Status.PENDING).count() == 2
+        assert inbox_drain(self.project.pk) == 2
+
+    def test_a_rejected_event_keeps_no_secrets_and_is_applied_when_sent_again_later(self):
+        proposed, attempt = weather_call(1)
+        attempt["result"] = {"password": "hunter2", "temperature": 3}
+        assert self.receive([attempt]) == ["accepted"]
+        inbox_drain(self.project.pk)  # its proposal has not arrived yet: refused
+        row = InboxEvent.objects.get(event_id=attempt["event_id"])
+        assert row.status == InboxEvent.Status.REJECTED
+        assert row.body["result"] == {"password": "•••", "temperature": 3}
+        self.receive([proposed])
+        assert self.receive([attempt]) == ["accepted"]  # the same event, sent again: tried anew
+        inbox_drain(self.project.pk)
+        found = event_answer(self.project, uuid.UUID(attempt["event_id"]))
+        assert found["status"] == "applied" and found["answer"]["reason"] == "ok"
+        assert self.receive([attempt]) == ["duplicate"]
+
     def test_the_sweep_applies_what_a_lost_task_left(self):
         self.receive(weather_call(1))
         other = Agent.objects.create(project=self.other_project, name="other")
@@ -183,7 +206,7 @@ class ConcurrentDrainTests(TransactionTestCase):
         for thread in threads:
             thread.join()
         assert errors == []
-        inbox_drain(project.pk)  # a drainer that lost the lock race left nothing behind
+        assert inbox_drain(project.pk) == 0  # each drain took what was received before it
         assert not InboxEvent.objects.filter(project=project).exists()
         assert CallEvent.objects.filter(project=project).count() == 800
         assert ToolCall.objects.filter(project=project).count() == 400

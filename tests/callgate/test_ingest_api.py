@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from callgate.auth import api_key_issue
-from callgate.models import Agent, CallEvent, ToolCall, ToolContract
+from callgate.models import Agent, CallEvent, InboxEvent, ToolCall, ToolContract
 from reviews.models import ReviewItem
 from tests.factories import BaseTestCase, make_event
 
@@ -128,7 +128,8 @@ class IngestTests(BaseTestCase):
         assert "op_nope" in found["errors"][0]["msg"]
         assert self.status_of(ok)["status"] == "applied"
         assert CallEvent.objects.filter(event_id=ok["event_id"]).exists()
-        assert self.post(orphan).json()["results"][0]["status"] == "duplicate"  # kept, so a re-send is known
+        assert self.post(orphan).json()["results"][0]["status"] == "accepted"  # sent again: tried anew
+        assert self.status_of(orphan)["status"] == "rejected"
 
     def test_it_answers_400_for_a_body_that_is_not_json(self):
         for body in (b"{not json", b'{"type": NaN}', b"\xff\xfe", b""):
@@ -152,6 +153,23 @@ class IngestTests(BaseTestCase):
         response = self.client_api.generic("POST", "/api/v1/events", body, content_type="application/json")
         assert response.status_code == 200, response.json()
         assert ToolCall.objects.get(project=self.project).arguments == {"city": "Os\ufffdlo"}
+
+    def test_it_keeps_events_whose_strings_hold_unpaired_surrogates(self):
+        good = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
+        odd = make_event("receipt", operation_id="op_x", result={"emoji": "half"})
+        body = json.dumps([good, odd]).replace('"half"', '"\\ud83d and \\udc00"')
+        response = self.client_api.generic("POST", "/api/v1/events", body, content_type="application/json")
+        assert response.status_code == 200, response.content
+        assert self.status_of(good)["status"] == "applied"
+        assert self.status_of(odd)["status"] == "rejected"  # no call op_x: refused by the rules, yet stored
+        assert InboxEvent.objects.get(event_id=odd["event_id"]).body["result"] == {"emoji": "\ufffd and \ufffd"}
+
+    def test_it_answers_400_for_a_number_beyond_a_double(self):
+        body = json.dumps(make_event("attempt", operation_id="op", sent=True, outcome="success",
+                                     result=[7])).replace("[7]", "[1e400]")
+        response = self.client_api.generic("POST", "/api/v1/events", body, content_type="application/json")
+        assert response.status_code == 400
+        assert "too large" in response.json()["error"]
 
     def test_it_answers_413_for_a_body_over_5_mb(self):
         big = json.dumps([proposal("get_weather", {"city": "x" * 6_000_000})])
@@ -299,6 +317,22 @@ class GateTests(BaseTestCase):
 
     def test_it_answers_400_for_a_nul_in_the_url(self):
         assert self.client_api.get("/api/v1/calls/a%00b").status_code == 400
+
+    def test_it_stores_arguments_whose_json_string_escapes_nul_and_surrogates(self):
+        arguments = '{"ticket_id": "T-1\\u0000\\ud800"}'
+        call = {"id": "c1", "type": "function", "function": {"name": "create_follow_up", "arguments": arguments}}
+        response = self.check({"format": "openai", "call": call, "request_id": "r-nul"})
+        assert response.status_code == 200, response.content
+        stored = ToolCall.objects.get(operation_id=response.json()["operation_id"])
+        assert stored.arguments == {"ticket_id": "T-1\ufffd\ufffd"}
+
+    def test_a_contract_stored_with_a_pattern_re2_cannot_run_answers_instead_of_failing(self):
+        broken = ToolContract.objects.get(project=self.project, name="create_follow_up")
+        broken.parameters = {"type": "object", "properties": {"ticket_id": {"type": "string", "pattern": "^(?=T)"}}}
+        broken.save(update_fields=["parameters"])  # as registered before patterns ran in RE2
+        response = self.check({"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T"}}})
+        assert response.status_code == 200, response.content
+        assert "cannot be applied" in response.json()["observation"]
 
     def test_it_answers_malformed_output_without_an_error(self):
         answer = self.check({"format": "openai", "call": "I will call the weather tool now"}).json()
