@@ -34,6 +34,15 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=20,
 )
+#: Text as callgate stores it: parsing turns U+0000 and unpaired surrogates into U+FFFD
+#: (``callgate.providers.loads``; tested in test_providers), so IDs are compared over the rest.
+storable_text = st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"))
+storable_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | storable_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(storable_text.map(lambda t: t[:8]), children,
+                                                                       max_size=4),
+    max_leaves=20,
+)
 
 
 def classify(format_: str, call) -> tuple:
@@ -69,7 +78,8 @@ def test_any_json_value_never_raises_and_is_deterministic(arguments, call, forma
 
 
 @settings(max_examples=200, deadline=None)
-@given(arguments=st.dictionaries(st.text(max_size=10), json_values, max_size=6), request_id=st.text(min_size=1, max_size=20))
+@given(arguments=st.dictionaries(storable_text.map(lambda t: t[:10]), storable_values, max_size=6),
+       request_id=st.text(min_size=1, max_size=20))
 def test_key_order_and_whitespace_never_change_a_derived_operation_id(arguments, request_id):
     reordered = dict(reversed(list(arguments.items())))
     compact = json.loads(json.dumps(arguments, separators=(",", ":")))

@@ -47,9 +47,17 @@ def test_it_reports_unrecognisable_output_as_malformed(format_, call, why):
     ("```json\n{\"city\": \"Paris\"}\n```", "code fence"),
     ("[1, 2]", "array"),
     ("{'city': 'Paris'}", "property name"),
+    ('{"n": 1e400}', "too large"),
+    ('{"n": NaN}', "not JSON"),
 ])
 def test_it_reports_unparseable_arguments(raw, why):
     proposal = normalise("openai", {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": raw}})
     assert proposal.tool == "get_weather"
     assert not proposal.arguments_ok
     assert why in proposal.parse_error
+
+
+def test_it_replaces_what_cannot_be_stored_in_parsed_arguments():
+    raw = '{"a\\u0000": "x\\u0000y", "b": ["\\ud83d"], "c": "\\ud83d\\ude00"}'
+    proposal = normalise("openai", {"id": "c", "type": "function", "function": {"name": "t", "arguments": raw}})
+    assert proposal.arguments == {"a\ufffd": "x\ufffdy", "b": ["\ufffd"], "c": "\U0001f600"}
