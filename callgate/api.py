@@ -179,7 +179,7 @@ class GateCheckApi(APIView):
             "stored receipt. Unrecognisable output is `malformed_call`, never an error."
         ),
         request=GateRequest,
-        responses={200: CallAnswer, 400: ErrorBody, 401: ErrorBody, 409: ErrorBody},
+        responses={200: CallAnswer, 400: ErrorBody, 401: ErrorBody, 409: ErrorBody, 500: ErrorBody},
     )
     def post(self, request: Request) -> Response:
         principal = _agent(request)

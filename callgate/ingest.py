@@ -580,22 +580,23 @@ def events_receive(*, project: Project, agent: Agent, events: list[Any], may_dec
     (``_inbox_insert``)."""
     outcomes: list[Outcome | None] = [None] * len(events)
     fresh: dict[uuid.UUID, int] = {}
+    rows: list[tuple[uuid.UUID, str]] = []
     for index, event in enumerate(events):
         if event.type in DECISION_TYPES and not may_decide:
             outcomes[index] = Outcome(status="rejected", errors=[{"loc": "type", "msg": (
                 f"this API key may not report {event.type!r} events: operators decide in the review queue "
                 "(keys with can_decide are for runtimes with their own approval UI)")}])
-        elif event.event_id in fresh:
+            continue
+        if event.event_id in fresh:
             outcomes[index] = Outcome(status="duplicate")
-        else:
-            fresh[event.event_id] = index
-    rows = []
-    for event_id, index in list(fresh.items()):
+            continue
         try:
-            rows.append((event_id, events[index].model_dump_json()))
+            body = event.model_dump_json()
         except ValueError as exc:  # pydantic's serialisation errors; the door should have caught them
             outcomes[index] = Outcome(status="rejected", errors=[{"loc": "", "msg": f"cannot be stored: {exc}"[:500]}])
-            del fresh[event_id]
+            continue
+        fresh[event.event_id] = index
+        rows.append((event.event_id, body))
     if rows:
         stored = _inbox_insert(project=project, agent=agent, rows=rows)
         for event_id, index in fresh.items():
@@ -619,7 +620,7 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[uuid.UUID,
                                                  event_id__in=skipped)
             retry = set(rejected.values_list("event_id", flat=True))
             if retry:
-                rejected.filter(event_id__in=retry).delete()
+                rejected.delete()
                 stored |= _insert_rows(project=project, agent=agent, rows=[r for r in rows if r[0] in retry])
         return stored
 
