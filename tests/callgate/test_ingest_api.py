@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime, timedelta, timezone
 from unittest import skipUnless
 
 from django.db import connection
@@ -110,6 +111,25 @@ class IngestTests(BaseTestCase):
         assert locs[3].startswith("events[4]")
         assert CallEvent.objects.filter(event_id=good["event_id"]).exists()
         assert ToolCall.objects.filter(project=self.project).count() == 1
+
+    def test_it_rejects_implausible_event_times_naming_the_field_and_keeps_the_rest(self):
+        good = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
+        soon = (datetime.now(timezone.utc) + timedelta(hours=23)).isoformat()  # within the skew allowed
+        skewed = {**proposal("get_weather", {"city": "Rome"}, request_id="r2"), "occurred_at": soon}
+        times = {"2126-01-01T00:00:00Z": "in the future", "2026-06-15T09:00:00": "timezone",
+                 "1999-12-31T23:59:59Z": "greater than 2000"}
+        bad = [{**proposal("get_weather", {"city": "Bern"}, request_id=f"b{i}"), "occurred_at": when}
+               for i, when in enumerate(times)]
+        response = self.post([good, skewed, *bad])
+        assert response.status_code == 207
+        results = response.json()["results"]
+        assert [r["status"] for r in results] == ["accepted", "accepted", "rejected", "rejected", "rejected"]
+        for index, (result, words) in enumerate(zip(results[2:], times.values()), start=2):
+            assert result["errors"][0]["loc"] == f"events[{index}].occurred_at"
+            assert words in result["errors"][0]["msg"]
+        assert not InboxEvent.objects.filter(event_id__in=[e["event_id"] for e in bad]).exists()
+        assert not CallEvent.objects.filter(event_id__in=[e["event_id"] for e in bad]).exists()
+        assert self.status_of(good)["status"] == "applied" and self.status_of(skewed)["status"] == "applied"
 
     def test_it_rejects_wrong_field_types_with_the_field_path(self):
         event = make_event("attempt", operation_id="op_x", sent="yes", outcome="success", http_status=200)
