@@ -248,8 +248,11 @@ class CallEvent(models.Model):
         CALLGATE = "callgate", "callgate"
         OPERATOR = "operator", "Operator"
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="events")
-    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="events")
+    # No single-column indexes: the indexes below start with each (one less index to write
+    # per event), and a lone project index lured the planner into reading all of a project's
+    # events to find one event ID.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="events", db_index=False)
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="events", db_index=False)
     event_id = models.UUIDField(default=uuid.uuid4)
     kind = models.CharField(max_length=20, choices=Kind.choices)
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.AGENT)

@@ -79,6 +79,31 @@ class InboxTests(BaseTestCase):
 
         assert count(2, 0) == count(500, 100)
 
+    @skipUnless(connection.vendor == "postgresql", "a PostgreSQL query plan")
+    def test_the_insert_probes_applied_event_ids_one_by_one_instead_of_reading_the_project(self):
+        # With NOT EXISTS the planner chose a hash anti-join over all of the project's events:
+        # every batch read them all, so ingest slowed as the project grew.
+        self.receive([e for i in range(200) for e in weather_call(i)])
+        inbox_drain(self.project.pk)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE callgate_callevent")  # as autovacuum does: a planner that knows the table
+        seen = []
+
+        def remember(execute, sql, params, many, context):
+            seen.append((sql, params))
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(remember):
+            self.receive(weather_call(999))
+        [(insert, params)] = [(sql, params) for sql, params in seen if sql.startswith("INSERT INTO callgate_inboxevent")]
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + insert, params)
+            plan = "\n".join(line for (line,) in cursor.fetchall())
+        callevent_scans = [line for line in plan.splitlines() if " on callgate_callevent" in line]
+        assert callevent_scans and all("Index Scan using callevent_unique_event_id" in line
+                                       for line in callevent_scans), plan
+        assert "Join" not in plan, plan
+
     @skipUnless(connection.vendor == "postgresql", "SQLite splits bulk inserts by its 999-parameter limit")
     def test_draining_takes_a_fixed_number_of_queries_per_chunk(self):
         def count(n: int, start: int) -> int:
