@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator
 
 import psycopg
 import rfc8785
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -61,12 +61,36 @@ logger = logging.getLogger(__name__)
 
 
 def canonical_json(value: Any) -> bytes:
-    """RFC 8785 (JSON Canonicalization Scheme) bytes of ``value``; values outside the I-JSON
-    domain (integers beyond 2**53, NaN) fall back to sorted, compact ``json.dumps``."""
+    """RFC 8785 (JSON Canonicalization Scheme) bytes of ``value``.
+
+    JCS writes every number as the IEEE 754 double it denotes (RFC 8785 §3.2.2.3; I-JSON,
+    RFC 7493 §2.2), so an integer beyond ±2**53 is taken as that double: ``1e21`` and
+    ``1000000000000000000000`` (what PostgreSQL's jsonb makes of it on the way through the
+    inbox) canonicalise alike. Values still outside the domain (integers beyond the double
+    range) fall back to sorted, compact ``json.dumps``."""
     try:
         return rfc8785.dumps(value)
+    except rfc8785.IntegerDomainError:
+        try:
+            return rfc8785.dumps(_as_doubles(value))
+        except (rfc8785.CanonicalizationError, OverflowError, TypeError, ValueError, RecursionError):
+            pass
     except (rfc8785.CanonicalizationError, TypeError, ValueError, RecursionError):
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+        pass
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
+def _as_doubles(value: Any) -> Any:
+    """``value`` with integers of ±2**53 and beyond as floats (``OverflowError`` past the double range)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return float(value) if abs(value) >= 2**53 else value
+    if isinstance(value, dict):
+        return {key: _as_doubles(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_doubles(item) for item in value]
+    return value
 
 
 def arguments_digest(arguments: Any) -> str:
@@ -624,18 +648,33 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]
     and a second insert.
 
     Hand-written SQL: the ORM's ``bulk_create(ignore_conflicts=True)`` cannot say which rows
-    it skipped, and this is the ingest hot path."""
-    with transaction.atomic():
-        stored = _insert_rows(project=project, agent=agent, rows=rows)
-        if len(stored) < len(rows):
-            skipped = [event_id for event_id, _ in rows if event_id not in stored]
-            rejected = InboxEvent.objects.filter(project=project, status=InboxEvent.Status.REJECTED,
-                                                 event_id__in=skipped)
-            retry = {str(event_id) for event_id in rejected.values_list("event_id", flat=True)}
-            if retry:
-                rejected.delete()
-                stored |= _insert_rows(project=project, agent=agent, rows=[r for r in rows if r[0] in retry])
-        return stored
+    it skipped, and this is the ingest hot path.
+
+    Two batches holding the same event IDs in different orders can deadlock on each other's
+    rows (PostgreSQL aborts one, ``DeadlockDetected``); the aborted one is tried again, up to
+    ``INSERT_ATTEMPTS`` times, and then finds the other's rows stored (duplicates)."""
+    for attempt in range(1, INSERT_ATTEMPTS + 1):
+        try:
+            with transaction.atomic():
+                stored = _insert_rows(project=project, agent=agent, rows=rows)
+                if len(stored) < len(rows):
+                    skipped = [event_id for event_id, _ in rows if event_id not in stored]
+                    rejected = InboxEvent.objects.filter(project=project, status=InboxEvent.Status.REJECTED,
+                                                         event_id__in=skipped)
+                    retry = {str(event_id) for event_id in rejected.values_list("event_id", flat=True)}
+                    if retry:
+                        rejected.delete()
+                        stored |= _insert_rows(project=project, agent=agent, rows=[r for r in rows if r[0] in retry])
+                return stored
+        except OperationalError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.DeadlockDetected) or attempt == INSERT_ATTEMPTS:
+                raise
+            logger.info("inbox insert for project %s deadlocked with another batch; attempt %d", project.pk, attempt)
+    raise AssertionError("unreachable")
+
+
+#: Tries of one batch's inbox insert when PostgreSQL picks it as a deadlock's victim.
+INSERT_ATTEMPTS = 3
 
 
 def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]]) -> set[str]:

@@ -7,12 +7,13 @@ rejected) except where JSON has no native type: ``event_id`` (UUID) and ``occurr
 """
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal, Union
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
 Format = Literal["openai", "openai_responses", "anthropic", "gemini", "mcp", "plain"]
@@ -22,6 +23,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
+#: RFC 3339 §5.6 ``date-time`` (``T`` or, as §5.6 allows, a space between date and time).
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
+
+
+def _rfc3339_text(value: Any) -> Any:
+    # pydantic alone also takes Unix times, minutes without seconds, "+0100", "09:00:00,5"
+    if not isinstance(value, datetime) and not (isinstance(value, str) and RFC3339.fullmatch(value)):
+        raise ValueError("must be an RFC 3339 string, e.g. 2026-06-15T09:00:00Z")
+    return value
+
+
+#: An RFC 3339 time with a UTC offset, parsed by pydantic (a ``datetime`` passes as it is).
+Rfc3339 = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text)]
 #: How far in the future an event's time may lie (clock skew), and the earliest time accepted.
 MAX_CLOCK_SKEW = timedelta(days=1)
 EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
@@ -31,13 +45,12 @@ class Envelope(_Strict):
     """Fields every event carries: identity, time, and the correlation keys of its call.
 
     ``occurred_at`` is checked here for form (an RFC 3339 string with a UTC offset, after
-    2000: pydantic's own checks, no Python validator on the hot path) and, when the event is
-    received, for clock skew (``callgate.ingest.events_receive``: at most ``MAX_CLOCK_SKEW``
-    ahead)."""
+    2000) and, when the event is received, for clock skew (``callgate.ingest.events_receive``:
+    at most ``MAX_CLOCK_SKEW`` ahead, checked once per batch's clock reading)."""
 
     event_id: UUID = Field(strict=False, description="Client-generated UUID; a re-sent event is stored once.")
-    occurred_at: AwareDatetime = Field(strict=False, gt=EARLIEST,
-                                       description="RFC 3339 time the event happened at the agent.")
+    occurred_at: Rfc3339 = Field(strict=False, gt=EARLIEST,
+                                 description="RFC 3339 time the event happened at the agent.")
     operation_id: Id | None = None
     call_id: Id | None = Field(None, description="The provider's tool-call ID.")
     request_id: Id | None = None
@@ -45,12 +58,6 @@ class Envelope(_Strict):
     trace_id: Id | None = None
     actor: Id | None = Field(None, description="The end user the agent acts for.")
 
-    @field_validator("occurred_at", mode="before")
-    @classmethod
-    def _rfc3339_text(cls, value: Any) -> Any:
-        if not isinstance(value, (str, datetime)):
-            raise ValueError("must be an RFC 3339 string, e.g. 2026-06-15T09:00:00Z")
-        return value
 
 
 class ProposedEvent(Envelope):
@@ -104,6 +111,7 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_TYPES = frozenset({"proposed", "attempt", "denied", "reconciled", "receipt", "decision", "approval_expired"})
 
 
 class GateRequest(_Strict):
@@ -117,8 +125,8 @@ class GateRequest(_Strict):
     trace_id: Id | None = None
     actor: Id | None = None
     event_id: UUID | None = Field(None, strict=False)
-    occurred_at: AwareDatetime | None = Field(None, strict=False, gt=EARLIEST,
-                                              description="As for events; clock skew is checked on receipt.")
+    occurred_at: Rfc3339 | None = Field(None, strict=False, gt=EARLIEST,
+                                        description="As for events; clock skew is checked on receipt.")
 
 
 class RetryPolicy(_Strict):
@@ -166,11 +174,12 @@ def error_list(exc, *, prefix: str = "") -> list[dict]:
     out = []
     for err in exc.errors(include_url=False):
         loc = prefix
-        for part in err["loc"]:
+        parts = err["loc"]
+        if parts and parts[0] in EVENT_TYPES:
+            parts = parts[1:]  # the event union's branch (the type), not a field; ("attempt", "attempt") is one
+        for part in parts:
             if isinstance(part, int):
                 loc += f"[{part}]"
-            elif part in ("proposed", "attempt", "denied", "reconciled", "receipt", "decision", "approval_expired"):
-                continue  # the discriminator's branch name is not a field
             else:
                 loc += f".{part}" if loc else str(part)
         out.append({"loc": loc or "(body)", "msg": err["msg"]})

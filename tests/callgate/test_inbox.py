@@ -236,3 +236,33 @@ class ConcurrentDrainTests(TransactionTestCase):
         assert CallEvent.objects.filter(project=project).count() == 800
         assert ToolCall.objects.filter(project=project).count() == 400
         assert set(ToolCall.objects.filter(project=project).values_list("reason", flat=True)) == {"ok"}
+
+    def test_batches_with_the_same_events_in_opposite_orders_store_each_once_and_answer_200(self):
+        # each insert waits on the other's rows: PostgreSQL aborts one, which is tried again
+        project = Project.objects.create(slug="cross", name="Cross")
+        agent = Agent.objects.create(project=project, name="bot")
+        events = validated([e for i in range(300) for e in weather_call(i)])
+        answers: dict[str, list[str]] = {}
+        errors: list[BaseException] = []
+        start = threading.Barrier(2)
+
+        def send(name: str, batch: list) -> None:
+            try:
+                start.wait()
+                outcomes = events_receive(project=project, agent=agent, events=batch)
+                answers[name] = [o.status for o in outcomes]
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=send, args=("forward", events)),
+                   threading.Thread(target=send, args=("backward", events[::-1]))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        forward, backward = answers["forward"], answers["backward"][::-1]
+        assert all(sorted([a, b]) == ["accepted", "duplicate"] for a, b in zip(forward, backward))
+        assert InboxEvent.objects.filter(project=project).count() == len(events)

@@ -12,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from callgate.auth import api_key_issue
+from callgate.ingest import derive_operation_id
 from callgate.models import Agent, CallEvent, InboxEvent, ToolCall, ToolContract
 from reviews.models import ReviewItem
 from tests.factories import BaseTestCase, make_event
@@ -116,14 +117,15 @@ class IngestTests(BaseTestCase):
         good = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
         soon = (datetime.now(timezone.utc) + timedelta(hours=23)).isoformat()  # within the skew allowed
         skewed = {**proposal("get_weather", {"city": "Rome"}, request_id="r2"), "occurred_at": soon}
-        times = {"2126-01-01T00:00:00Z": "in the future", "2026-06-15T09:00:00": "timezone",
-                 "1999-12-31T23:59:59Z": "greater than 2000"}
+        times = {"2126-01-01T00:00:00Z": "in the future", "2026-06-15T09:00:00": "RFC 3339",
+                 "1999-12-31T23:59:59Z": "greater than 2000", "1750000000": "RFC 3339",
+                 "2026-06-15T09:00Z": "RFC 3339", "2026-06-15T09:00:00+0100": "RFC 3339"}
         bad = [{**proposal("get_weather", {"city": "Bern"}, request_id=f"b{i}"), "occurred_at": when}
                for i, when in enumerate(times)]
         response = self.post([good, skewed, *bad])
         assert response.status_code == 207
         results = response.json()["results"]
-        assert [r["status"] for r in results] == ["accepted", "accepted", "rejected", "rejected", "rejected"]
+        assert [r["status"] for r in results] == ["accepted", "accepted"] + ["rejected"] * len(times)
         for index, (result, words) in enumerate(zip(results[2:], times.values()), start=2):
             assert result["errors"][0]["loc"] == f"events[{index}].occurred_at"
             assert words in result["errors"][0]["msg"]
@@ -136,6 +138,11 @@ class IngestTests(BaseTestCase):
         result = self.post(event).json()["results"][0]
         assert result["status"] == "rejected"
         assert result["errors"][0]["loc"] == "sent"
+        # fields named like an event type keep their name in the path
+        zeroth = make_event("attempt", operation_id="op_x", sent=True, outcome="success", attempt=0)
+        maybe = make_event("decision", operation_id="op_x", decision="maybe")
+        results = self.post([zeroth, maybe]).json()["results"]
+        assert [r["errors"][0]["loc"] for r in results] == ["events[0].attempt", "events[1].decision"]
 
     def test_it_rejects_an_event_for_an_unknown_call_when_applying_without_losing_others(self):
         ok = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
@@ -308,6 +315,18 @@ class GateTests(BaseTestCase):
         assert again["verdict"] == "return_receipt"
         assert again["receipt"] == {"id": "F-1"}
         assert ToolCall.objects.get(operation_id=first["operation_id"]).duplicates_suppressed == 1
+
+    def test_large_numbers_derive_the_operation_id_the_arguments_had_when_sent(self):
+        # PostgreSQL's jsonb keeps 1e300 as the integer 10**300; RFC 8785 takes both as one double
+        for number in (1e21, 1e300, 2.0**60):
+            arguments = {"ticket_id": "T-1", "note": "n", "password": "p", "size": number}
+            body = {"format": "plain", "request_id": f"req-{number}",
+                    "call": {"tool": "send_big", "arguments": arguments}}
+            answer = self.check(body).json()
+            assert answer["operation_id"] == derive_operation_id(
+                request_id=f"req-{number}", tool="send_big", arguments=arguments), number
+        assert derive_operation_id(request_id="r", tool="t", arguments=[10**21]) == \
+            derive_operation_id(request_id="r", tool="t", arguments=[1e21])
 
     def test_it_never_allows_a_second_execution_while_the_outcome_is_unknown(self):
         body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
