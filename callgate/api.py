@@ -61,8 +61,9 @@ def _agent(request: Request) -> AgentPrincipal:
     return request.user
 
 
-def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES):
-    """The parsed JSON body; raises a 413 past ``limit`` bytes and a 400 for non-JSON."""
+def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES, too_large: list | None = None):
+    """The parsed JSON body; raises a 413 past ``limit`` bytes and a 400 for non-JSON, and for
+    a number too large to read unless a ``too_large`` list takes it (``providers.loads``)."""
     length = request.META.get("CONTENT_LENGTH")
     if length and length.isdigit() and int(length) > limit:
         raise PayloadTooLarge(limit)
@@ -72,7 +73,7 @@ def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES):
     try:
         # PostgreSQL's jsonb cannot hold U+0000 or unpaired surrogates: the event is kept,
         # with U+FFFD in their place
-        body = providers.loads(raw)
+        body = providers.loads(raw, too_large=too_large)
     except (UnicodeDecodeError, ValueError) as exc:
         raise exceptions.ParseError(f"The body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -80,6 +81,13 @@ def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES):
     if _depth(body) > MAX_JSON_DEPTH:
         raise exceptions.ParseError(f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
     return body
+
+
+def _join_loc(prefix: str, path: str) -> str:
+    """``events[3]`` + ``result[0].n`` → ``events[3].result[0].n``; ``(body)`` for the body itself."""
+    if not prefix or not path or path.startswith("["):
+        return prefix + path or "(body)"
+    return f"{prefix}.{path}"
 
 
 def _depth(value) -> int:
@@ -132,7 +140,8 @@ class EventsIngestApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = _agent(request)
-        body = _json_body(request)
+        too_large: list = []  # numbers too large to read refuse their item, not the batch
+        body = _json_body(request, too_large=too_large)
         items = body if isinstance(body, list) else [body]
         if isinstance(body, list) and len(body) > MAX_BATCH_EVENTS:
             return _error(f"The batch has {len(body)} events; the limit is {MAX_BATCH_EVENTS} per request.",
@@ -143,13 +152,20 @@ class EventsIngestApi(APIView):
         valid, results = [], []
         validate = EVENT_ADAPTER.validate_python
         for index, item in enumerate(items):
-            try:
-                valid.append((index, validate(item)))
-                results.append(None)
-            except ValidationError as exc:
-                event_id = item.get("event_id") if isinstance(item, dict) else None
-                results.append({"index": index, "event_id": str(event_id) if event_id else None, "status": "rejected",
-                                "errors": error_list(exc, prefix=f"{prefix}[{index}]" if prefix else "")})
+            unreadable = providers.too_large_path(item) if too_large else None
+            if unreadable is None:
+                try:
+                    valid.append((index, validate(item)))
+                    results.append(None)
+                    continue
+                except ValidationError as exc:
+                    errors = error_list(exc, prefix=f"{prefix}[{index}]" if prefix else "")
+            else:
+                path, number = unreadable
+                errors = [{"loc": _join_loc(f"{prefix}[{index}]" if prefix else "", path), "msg": number.problem}]
+            event_id = item.get("event_id") if isinstance(item, dict) else None
+            results.append({"index": index, "event_id": event_id if isinstance(event_id, str) else None,
+                            "status": "rejected", "errors": errors})
         counts = {"accepted": 0, "duplicate": 0, "rejected": len(items) - len(valid)}
         if valid:
             outcomes = events_receive(project=principal.project, agent=principal.agent,

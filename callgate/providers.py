@@ -51,12 +51,67 @@ def no_constants(name: str):
     raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
 
 
-def loads(text: str | bytes) -> Any:
+class TooLarge:
+    """Stands, in what ``loads(..., too_large=[])`` returns, for a number that cannot be read:
+    beyond the range of a double, or an integer of more digits than Python converts
+    (``sys.get_int_max_str_digits()``, 4,300 by default)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"TooLarge({self.text[:40]!r})"
+
+    @property
+    def problem(self) -> str:
+        return f"the number {self.text[:40]}{'…' if len(self.text) > 40 else ''} is too large to read"
+
+
+def loads(text: str | bytes, *, too_large: list[TooLarge] | None = None) -> Any:
     """``json.loads`` that refuses NaN, Infinity and out-of-range numbers (``ValueError``) and
-    replaces what cannot be stored (U+0000, unpaired surrogates) by U+FFFD, keys included."""
-    value = json.loads(text, parse_constant=no_constants, parse_float=finite_float)
+    replaces what cannot be stored (U+0000, unpaired surrogates) by U+FFFD, keys included.
+
+    Given a ``too_large`` list, a number too large to read comes back as a ``TooLarge`` in its
+    place instead, also appended to the list (``too_large_path`` finds where), so a batch can
+    refuse the one item holding it. Only a text that has one is parsed a second time."""
+    try:
+        value = json.loads(text, parse_constant=no_constants, parse_float=finite_float)
+    except ValueError as exc:
+        if too_large is None or not (isinstance(exc, NotFinite) or "integer string conversion" in str(exc)):
+            raise
+
+        def mark(number: str) -> TooLarge:
+            too_large.append(TooLarge(number))
+            return too_large[-1]
+
+        def read_float(number: str) -> float | TooLarge:
+            value = float(number)
+            return mark(number) if math.isinf(value) else value
+
+        def read_int(number: str) -> int | TooLarge:
+            try:
+                return int(number)
+            except ValueError:  # more digits than Python converts
+                return mark(number)
+
+        value = json.loads(text, parse_constant=no_constants, parse_float=read_float, parse_int=read_int)
     needle = b"\\u" if isinstance(text, bytes) else "\\u"
     return _storable(value) if needle in text else value  # only escapes can produce them
+
+
+def too_large_path(value: Any, path: str = "") -> tuple[str, TooLarge] | None:
+    """The JSON path (``result[3].total``; ``""`` for the value itself) and the first
+    ``TooLarge`` in ``value``, or None."""
+    if isinstance(value, TooLarge):
+        return path, value
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        found = too_large_path(child, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key)
+        if found:
+            return found
+    return None
 
 
 def _storable(value: Any) -> Any:

@@ -191,12 +191,24 @@ class IngestTests(BaseTestCase):
         assert self.status_of(odd)["status"] == "rejected"  # no call op_x: refused by the rules, yet stored
         assert InboxEvent.objects.get(event_id=odd["event_id"]).body["result"] == {"emoji": "\ufffd and \ufffd"}
 
-    def test_it_answers_400_for_a_number_beyond_a_double(self):
-        body = json.dumps(make_event("attempt", operation_id="op", sent=True, outcome="success",
-                                     result=[7])).replace("[7]", "[1e400]")
+    def test_a_number_too_large_to_read_refuses_its_item_not_the_batch(self):
+        good = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
+        huge_float = make_event("attempt", operation_id="op", sent=True, outcome="success", result=[7])
+        long_int = make_event("attempt", operation_id="op", sent=True, outcome="success", result={"n": 8})
+        body = json.dumps([good, huge_float, long_int]).replace("[7]", "[1e400]").replace('{"n": 8}', '{"n": ' + "9" * 5000 + "}")
         response = self.client_api.generic("POST", "/api/v1/events", body, content_type="application/json")
-        assert response.status_code == 400
-        assert "too large" in response.json()["error"]
+        assert response.status_code == 207
+        results = response.json()["results"]
+        assert [r["status"] for r in results] == ["accepted", "rejected", "rejected"]
+        assert [r["errors"][0]["loc"] for r in results[1:]] == ["events[1].result[0]", "events[2].result.n"]
+        assert all("too large" in r["errors"][0]["msg"] for r in results[1:])
+        assert CallEvent.objects.filter(event_id=good["event_id"]).exists()
+        single = json.dumps(huge_float).replace("[7]", "[1e400]")
+        response = self.client_api.generic("POST", "/api/v1/events", single, content_type="application/json")
+        assert response.status_code == 207 and response.json()["results"][0]["errors"][0]["loc"] == "result[0]"
+        gate = '{"format": "plain", "call": {"tool": "get_weather", "arguments": {"n": 1e400}}}'
+        response = self.client_api.generic("POST", "/api/v1/calls", gate, content_type="application/json")
+        assert response.status_code == 400 and "too large" in response.json()["error"]
 
     def test_it_answers_413_for_a_body_over_5_mb(self):
         big = json.dumps([proposal("get_weather", {"city": "x" * 6_000_000})])
