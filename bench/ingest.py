@@ -26,20 +26,27 @@ import json
 import multiprocessing
 import os
 import random
+import secrets
 import statistics
 import sys
 import time
 import uuid
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "callgate.settings")
-os.environ.setdefault("DEBUG", "true")
+# as in production: DEBUG off (with it on, Django logs every query and formats its parameters)
+os.environ.setdefault("DEBUG", "false")
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 os.environ["CELERY_BROKER_URL"] = "memory://"  # enqueue, don't apply in the request (step 2 times that)
 os.environ["CELERY_RESULT_BACKEND"] = "cache+memory://"
 
 import django  # noqa: E402
+
+# whitenoise looks for collected static files, which an API benchmark never serves
+warnings.filterwarnings("ignore", message="No directory at", module="django.core.handlers.base")
 
 django.setup()
 
@@ -289,6 +296,7 @@ def main() -> None:
           f"{best_ingest / best_copy:.3f}")
     print(f"apply (drain):     {statistics.median(apply_rates):,.0f} events/s [{each(apply_rates)}] "
           f"(classified, recorded on their calls; one process)")
+    print(f"gate check:        median {p50:.2f} ms, p99 {p99:.2f} ms over {options.gate_checks:,} checks")
     ToolCall.objects.filter(project=project).delete()
     Project.objects.filter(pk=project.pk).delete()
 
