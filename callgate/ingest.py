@@ -640,6 +640,10 @@ def events_receive(*, project: Project, agent: Agent, events: list[Any], may_dec
     return outcomes  # type: ignore[return-value]
 
 
+#: Tries of one batch's inbox insert when PostgreSQL picks it as a deadlock's victim.
+INSERT_ATTEMPTS = 3
+
+
 def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]) -> set[str]:
     """Insert ``(event ID, event as JSON)`` rows, in order, unless the event ID is pending in
     the inbox already or was applied before (a ``CallEvent`` has it); returns the event IDs
@@ -672,9 +676,6 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]
             logger.info("inbox insert for project %s deadlocked with another batch; attempt %d", project.pk, attempt)
     raise AssertionError("unreachable")
 
-
-#: Tries of one batch's inbox insert when PostgreSQL picks it as a deadlock's victim.
-INSERT_ATTEMPTS = 3
 
 
 def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]]) -> set[str]:
