@@ -18,6 +18,7 @@ Prints ingest/COPY per client count and best against best. Target: ratio >= 0.25
 Celery uses the in-memory broker here, so the drain tasks the requests enqueue wait
 unconsumed and step 3 times the apply on its own.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "callgate.settings")
 # as in production: DEBUG off (with it on, Django logs every query and formats its parameters)
 os.environ.setdefault("DEBUG", "false")
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
-os.environ["CELERY_BROKER_URL"] = "memory://"  # enqueue, don't apply in the request (step 2 times that)
+os.environ["CELERY_BROKER_URL"] = (
+    "memory://"  # enqueue, don't apply in the request (step 2 times that)
+)
 os.environ["CELERY_RESULT_BACKEND"] = "cache+memory://"
 
 import django  # noqa: E402
@@ -62,19 +65,35 @@ from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall  # n
 BATCH = 500
 TOOLS = {
     "get_weather": {
-        "description": "Weather for a city on a date", "effect": "read",
-        "parameters": {"type": "object", "properties": {
-            "city": {"type": "string", "minLength": 1, "description": "City name"},
-            "date": {"type": "string", "format": "date", "description": "ISO date"}}, "required": ["city"]},
+        "description": "Weather for a city on a date",
+        "effect": "read",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "minLength": 1, "description": "City name"},
+                "date": {"type": "string", "format": "date", "description": "ISO date"},
+            },
+            "required": ["city"],
+        },
     },
     "create_follow_up": {
-        "description": "Create a follow-up task on a support ticket", "effect": "write", "idempotent": True,
+        "description": "Create a follow-up task on a support ticket",
+        "effect": "write",
+        "idempotent": True,
         "reconcilable": True,
-        "parameters": {"type": "object", "properties": {
-            "ticket_id": {"type": "string", "pattern": "^T-[0-9]+$", "description": "Ticket id"},
-            "assignee_id": {"type": "string", "description": "Assignee"},
-            "due_at": {"type": "string", "format": "date-time", "description": "Due time"}},
-            "required": ["ticket_id", "assignee_id", "due_at"]},
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "ticket_id": {
+                    "type": "string",
+                    "pattern": "^T-[0-9]+$",
+                    "description": "Ticket id",
+                },
+                "assignee_id": {"type": "string", "description": "Assignee"},
+                "due_at": {"type": "string", "format": "date-time", "description": "Due time"},
+            },
+            "required": ["ticket_id", "assignee_id", "due_at"],
+        },
     },
 }
 
@@ -93,29 +112,80 @@ def call_events(i: int, rng: random.Random) -> list[dict]:
     kind = rng.random()
     if kind < 0.55:
         args = {"city": rng.choice(["Oslo", "Paris", "Lima", "Pune"]), "date": "2026-06-15"}
-        call = {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(args)}}
-        events = [envelope("proposed", format="openai", call=call, request_id=request_id, call_id=call_id)]
+        call = {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps(args)},
+        }
+        events = [
+            envelope("proposed", format="openai", call=call, request_id=request_id, call_id=call_id)
+        ]
         outcome = rng.random()
         if outcome < 0.7:
-            events.append(envelope("attempt", request_id=request_id, call_id=call_id, sent=True, outcome="success",
-                                   result={"temperature": rng.randint(-10, 30)}))
+            events.append(
+                envelope(
+                    "attempt",
+                    request_id=request_id,
+                    call_id=call_id,
+                    sent=True,
+                    outcome="success",
+                    result={"temperature": rng.randint(-10, 30)},
+                )
+            )
         elif outcome < 0.8:
-            events.append(envelope("attempt", request_id=request_id, call_id=call_id, sent=True, outcome="success",
-                                   result=[]))
+            events.append(
+                envelope(
+                    "attempt",
+                    request_id=request_id,
+                    call_id=call_id,
+                    sent=True,
+                    outcome="success",
+                    result=[],
+                )
+            )
         else:
-            events.append(envelope("attempt", request_id=request_id, call_id=call_id, sent=True, outcome="error",
-                                   http_status=503, error="Service Unavailable"))
+            events.append(
+                envelope(
+                    "attempt",
+                    request_id=request_id,
+                    call_id=call_id,
+                    sent=True,
+                    outcome="error",
+                    http_status=503,
+                    error="Service Unavailable",
+                )
+            )
         return events
     if kind < 0.8:
         args = {"ticket_id": f"T-{i}", "assignee_id": "agent-7", "due_at": "2026-12-01T09:00:00Z"}
         call = {"type": "tool_use", "id": call_id, "name": "create_follow_up", "input": args}
-        events = [envelope("proposed", format="anthropic", call=call, request_id=request_id, call_id=call_id)]
+        events = [
+            envelope(
+                "proposed", format="anthropic", call=call, request_id=request_id, call_id=call_id
+            )
+        ]
         if rng.random() < 0.85:
-            events.append(envelope("attempt", request_id=request_id, call_id=call_id, sent=True, outcome="success",
-                                   result={"follow_up_id": f"F-{i}"}))
+            events.append(
+                envelope(
+                    "attempt",
+                    request_id=request_id,
+                    call_id=call_id,
+                    sent=True,
+                    outcome="success",
+                    result={"follow_up_id": f"F-{i}"},
+                )
+            )
         else:
-            events.append(envelope("attempt", request_id=request_id, call_id=call_id, sent=True, outcome="timeout",
-                                   error="ReadTimeout"))
+            events.append(
+                envelope(
+                    "attempt",
+                    request_id=request_id,
+                    call_id=call_id,
+                    sent=True,
+                    outcome="timeout",
+                    error="ReadTimeout",
+                )
+            )
         return events
     if kind < 0.9:  # argument error
         call = {"functionCall": {"name": "get_weather", "args": {"city": 42, "date": "tomorrow"}}}
@@ -143,11 +213,24 @@ def call(method: str, path: str, body: bytes, key: str) -> tuple[int, bytes]:
     """One request through the WSGI application, as a WSGI server (gunicorn) calls it."""
     status: list[str] = []
     environ = {
-        "REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
-        "SERVER_NAME": "bench", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": "127.0.0.1",
-        "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)), "HTTP_HOST": "bench",
-        "HTTP_AUTHORIZATION": f"Bearer {key}", "wsgi.input": io.BytesIO(body), "wsgi.url_scheme": "http",
-        "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": False, "wsgi.run_once": False,
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "bench",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_HOST": "bench",
+        "HTTP_AUTHORIZATION": f"Bearer {key}",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
         "wsgi.version": (1, 0),
     }
     response = application(environ, lambda code, headers, exc_info=None: status.append(code))
@@ -196,16 +279,22 @@ def raw_copy_rate(rows: list[dict], *, clients: int) -> float:
     durability the inbox gives an accepted event), in ``clients`` concurrent streams."""
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_scratch")
-        cursor.execute("CREATE TABLE bench_scratch (event_id uuid, kind text, occurred_at timestamptz, body jsonb)")
+        cursor.execute(
+            "CREATE TABLE bench_scratch (event_id uuid, kind text, occurred_at timestamptz, body jsonb)"
+        )
     connection.close()
 
     def copy(share: list[dict]) -> None:
         connection.ensure_connection()
         raw = connection.connection  # psycopg 3 connection
         with raw.cursor() as cursor:
-            with cursor.copy("COPY bench_scratch (event_id, kind, occurred_at, body) FROM STDIN") as stream:
+            with cursor.copy(
+                "COPY bench_scratch (event_id, kind, occurred_at, body) FROM STDIN"
+            ) as stream:
                 for row in share:
-                    stream.write_row((row["event_id"], row["type"], row["occurred_at"], json.dumps(row)))
+                    stream.write_row(
+                        (row["event_id"], row["type"], row["occurred_at"], json.dumps(row))
+                    )
         raw.commit()
 
     elapsed = in_parallel(clients, rows, copy)
@@ -215,12 +304,23 @@ def raw_copy_rate(rows: list[dict], *, clients: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--events", type=int, default=10_000, help="events per round")
-    parser.add_argument("--clients", type=lambda text: [int(n) for n in text.split(",")], default=[1, 3],
-                        help="concurrent clients to measure, e.g. 1,3 (processes, like gunicorn's workers; "
-                             "docker-compose runs 3), for ingest and COPY alike")
-    parser.add_argument("--rounds", type=int, default=3, help="ingest and COPY measured this many times, interleaved")
+    parser.add_argument(
+        "--clients",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 3],
+        help="concurrent clients to measure, e.g. 1,3 (processes, like gunicorn's workers; "
+        "docker-compose runs 3), for ingest and COPY alike",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="ingest and COPY measured this many times, interleaved",
+    )
     parser.add_argument("--gate-checks", type=int, default=1_000)
     parser.add_argument("--seed", type=int, default=7)
     options = parser.parse_args()
@@ -263,15 +363,30 @@ def main() -> None:
             processed = inbox_drain(project.pk)
             apply_rates.append(processed / (time.perf_counter() - started))
             applied = CallEvent.objects.filter(project=project).count() - before
-            refused = InboxEvent.objects.filter(project=project, status=InboxEvent.Status.REJECTED).count()
-            assert processed == total and applied == total and not refused, (total, processed, applied, refused)
+            refused = InboxEvent.objects.filter(
+                project=project, status=InboxEvent.Status.REJECTED
+            ).count()
+            assert processed == total and applied == total and not refused, (
+                total,
+                processed,
+                applied,
+                refused,
+            )
 
             copy_rates[clients].append(raw_copy_rate([e for b in work for e in b], clients=clients))
 
     latencies = []
     for i in range(options.gate_checks):
-        body = json.dumps({"format": "plain", "request_id": f"gate-{i}",
-                           "call": {"tool": "get_weather", "arguments": {"city": "Oslo", "date": "2026-06-15"}}})
+        body = json.dumps(
+            {
+                "format": "plain",
+                "request_id": f"gate-{i}",
+                "call": {
+                    "tool": "get_weather",
+                    "arguments": {"city": "Oslo", "date": "2026-06-15"},
+                },
+            }
+        )
         t0 = time.perf_counter()
         code, content = call("POST", "/api/v1/calls", body.encode(), key)
         latencies.append((time.perf_counter() - t0) * 1000)
@@ -283,20 +398,33 @@ def main() -> None:
     def each(rates: list[float]) -> str:
         return ", ".join(f"{rate:,.0f}" for rate in rates)
 
-    print(f"events:  {total:,} per round in batches of up to {BATCH}, {options.rounds} rounds "
-          f"(medians; each round in brackets). Target: ingest/COPY >= 0.25")
+    print(
+        f"events:  {total:,} per round in batches of up to {BATCH}, {options.rounds} rounds "
+        f"(medians; each round in brackets). Target: ingest/COPY >= 0.25"
+    )
     best_ingest = best_copy = 0.0
     for clients in options.clients:
-        ingest_rate, copy_rate = statistics.median(ingest_rates[clients]), statistics.median(copy_rates[clients])
+        ingest_rate, copy_rate = (
+            statistics.median(ingest_rates[clients]),
+            statistics.median(copy_rates[clients]),
+        )
         best_ingest, best_copy = max(best_ingest, ingest_rate), max(best_copy, copy_rate)
-        print(f"{clients} client{'s' if clients > 1 else ' '}: ingest (API) {ingest_rate:,.0f} events/s "
-              f"[{each(ingest_rates[clients])}]; raw COPY {copy_rate:,.0f} rows/s [{each(copy_rates[clients])}]; "
-              f"ratio {ingest_rate / copy_rate:.3f}")
-    print(f"best against best: ingest {best_ingest:,.0f} events/s / COPY {best_copy:,.0f} rows/s = "
-          f"{best_ingest / best_copy:.3f}")
-    print(f"apply (drain):     {statistics.median(apply_rates):,.0f} events/s [{each(apply_rates)}] "
-          f"(classified, recorded on their calls; one process)")
-    print(f"gate check:        median {p50:.2f} ms, p99 {p99:.2f} ms over {options.gate_checks:,} checks")
+        print(
+            f"{clients} client{'s' if clients > 1 else ' '}: ingest (API) {ingest_rate:,.0f} events/s "
+            f"[{each(ingest_rates[clients])}]; raw COPY {copy_rate:,.0f} rows/s [{each(copy_rates[clients])}]; "
+            f"ratio {ingest_rate / copy_rate:.3f}"
+        )
+    print(
+        f"best against best: ingest {best_ingest:,.0f} events/s / COPY {best_copy:,.0f} rows/s = "
+        f"{best_ingest / best_copy:.3f}"
+    )
+    print(
+        f"apply (drain):     {statistics.median(apply_rates):,.0f} events/s [{each(apply_rates)}] "
+        f"(classified, recorded on their calls; one process)"
+    )
+    print(
+        f"gate check:        median {p50:.2f} ms, p99 {p99:.2f} ms over {options.gate_checks:,} checks"
+    )
     ToolCall.objects.filter(project=project).delete()
     Project.objects.filter(pk=project.pk).delete()
 

@@ -5,6 +5,7 @@ or ``request.auth.project`` (API keys, see ``callgate.auth``). An object of a pr
 caller cannot see is a 404, never a 403: its existence is not revealed. A member whose
 role is too low for an action gets a 403.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,7 +31,9 @@ def user_projects(user) -> QuerySet[Project]:
 def membership_for(user, project_slug: str) -> Membership:
     """The user's membership of the project, or Http404 when there is none."""
     membership = (
-        Membership.objects.select_related("project").filter(user=user, project__slug=project_slug).first()
+        Membership.objects.select_related("project")
+        .filter(user=user, project__slug=project_slug)
+        .first()
     )
     if membership is None:
         raise Http404("No such project.")

@@ -1,5 +1,6 @@
 """Django admin for projects, members, agents and keys (keys are issued by a command or
 the admin action below; the plain key is shown once in a message and never stored)."""
+
 from django.contrib import admin, messages
 
 from callgate.auth import api_key_issue, api_key_revoke
@@ -31,7 +32,9 @@ class MembershipAdmin(admin.ModelAdmin):
 def issue_key(modeladmin, request, queryset):
     for agent in queryset:
         issued = api_key_issue(agent=agent, name="admin")
-        messages.warning(request, f"Key for {agent.name} (copy it now, it is not shown again): {issued.plain}")
+        messages.warning(
+            request, f"Key for {agent.name} (copy it now, it is not shown again): {issued.plain}"
+        )
 
 
 @admin.register(Agent)
@@ -52,7 +55,16 @@ def revoke_keys(modeladmin, request, queryset):
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ["__str__", "agent", "project", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["project"]
-    readonly_fields = ["project", "agent", "prefix", "digest", "last4", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = [
+        "project",
+        "agent",
+        "prefix",
+        "digest",
+        "last4",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     actions = [revoke_keys]
 
     def has_add_permission(self, request):
@@ -61,7 +73,15 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 @admin.register(ToolContract)
 class ToolContractAdmin(admin.ModelAdmin):
-    list_display = ["name", "version", "project", "effect", "idempotent", "lint_score", "created_at"]
+    list_display = [
+        "name",
+        "version",
+        "project",
+        "effect",
+        "idempotent",
+        "lint_score",
+        "created_at",
+    ]
     list_filter = ["project", "effect"]
     search_fields = ["name"]
 

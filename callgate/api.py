@@ -5,6 +5,7 @@ serializers, and stores a batch in the inbox in a fixed number of queries; the e
 applied in order by ``callgate.tasks.drain_inbox`` (``callgate.ingest``).
 Every error answers ``{"error": "…", "errors": [{"loc": "field.path", "msg": "…"}]}``.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,8 +25,17 @@ from callgate.auth import AgentPrincipal
 from callgate.ingest import APPLY_FAILED, call_answer, event_answer, events_receive, inbox_drain
 from callgate.models import ToolCall
 from callgate.schemas import (
-    EVENT_ADAPTER, CallAnswer, CallDetail, ContractIn, ContractOut, ErrorBody, EventsResponse, EventStatus,
-    GateRequest, ProposedEvent, error_list,
+    EVENT_ADAPTER,
+    CallAnswer,
+    CallDetail,
+    ContractIn,
+    ContractOut,
+    ErrorBody,
+    EventsResponse,
+    EventStatus,
+    GateRequest,
+    ProposedEvent,
+    error_list,
 )
 from callgate.tasks import drain_inbox_enqueue
 
@@ -47,17 +57,24 @@ def exception_handler(exc, context):
     detail = response.data.get("detail") if isinstance(response.data, dict) else response.data
     if isinstance(detail, list):
         detail = "; ".join(str(d) for d in detail)
-    response.data = {"error": str(detail) if detail is not None else str(response.data), "errors": []}
+    response.data = {
+        "error": str(detail) if detail is not None else str(response.data),
+        "errors": [],
+    }
     return response
 
 
-def _error(message: str, errors: list[dict] | None = None, code: int = status.HTTP_400_BAD_REQUEST) -> Response:
+def _error(
+    message: str, errors: list[dict] | None = None, code: int = status.HTTP_400_BAD_REQUEST
+) -> Response:
     return Response({"error": message, "errors": errors or []}, status=code)
 
 
 def _agent(request: Request) -> AgentPrincipal:
     if not isinstance(request.user, AgentPrincipal):
-        raise exceptions.NotAuthenticated("This endpoint needs an agent's API key: 'Authorization: Bearer <key>'.")
+        raise exceptions.NotAuthenticated(
+            "This endpoint needs an agent's API key: 'Authorization: Bearer <key>'."
+        )
     return request.user
 
 
@@ -77,7 +94,9 @@ def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES, too_large: lis
     except (UnicodeDecodeError, ValueError) as exc:
         raise exceptions.ParseError(f"The body is not valid JSON: {exc}") from None
     except RecursionError:
-        raise exceptions.ParseError(f"The body is nested deeper than {MAX_JSON_DEPTH} levels.") from None
+        raise exceptions.ParseError(
+            f"The body is nested deeper than {MAX_JSON_DEPTH} levels."
+        ) from None
     if _depth(body) > MAX_JSON_DEPTH:
         raise exceptions.ParseError(f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
     return body
@@ -112,8 +131,10 @@ class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
     def __init__(self, limit: int):
-        super().__init__(f"The body is larger than the limit of {limit // (1024 * 1024)} MB "
-                         f"({limit} bytes); send at most {MAX_BATCH_EVENTS} events per batch.")
+        super().__init__(
+            f"The body is larger than the limit of {limit // (1024 * 1024)} MB "
+            f"({limit} bytes); send at most {MAX_BATCH_EVENTS} events per batch."
+        )
 
 
 class EventsIngestApi(APIView):
@@ -131,12 +152,34 @@ class EventsIngestApi(APIView):
             "call's with `GET /api/v1/calls/{operation_id}`). To ask before executing, use the gate "
             "`POST /api/v1/calls`, which answers at once. Event types and fields: see `shared/cases/README.md`."
         ),
-        request={"application/json": {"oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}]}},
-        responses={200: EventsResponse, 207: EventsResponse, 400: ErrorBody, 401: ErrorBody, 413: ErrorBody},
-        examples=[OpenApiExample("attempt", request_only=True, value={
-            "event_id": "0b6f3c2e-7f55-4b1e-9f3c-1f1e2d3c4b5a", "occurred_at": "2026-06-15T09:00:00Z",
-            "type": "attempt", "operation_id": "op_3f9c", "sent": True, "outcome": "timeout",
-            "http_status": None, "error": "ReadTimeout"})],
+        request={
+            "application/json": {
+                "oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}]
+            }
+        },
+        responses={
+            200: EventsResponse,
+            207: EventsResponse,
+            400: ErrorBody,
+            401: ErrorBody,
+            413: ErrorBody,
+        },
+        examples=[
+            OpenApiExample(
+                "attempt",
+                request_only=True,
+                value={
+                    "event_id": "0b6f3c2e-7f55-4b1e-9f3c-1f1e2d3c4b5a",
+                    "occurred_at": "2026-06-15T09:00:00Z",
+                    "type": "attempt",
+                    "operation_id": "op_3f9c",
+                    "sent": True,
+                    "outcome": "timeout",
+                    "http_status": None,
+                    "error": "ReadTimeout",
+                },
+            )
+        ],
     )
     def post(self, request: Request) -> Response:
         principal = _agent(request)
@@ -144,10 +187,14 @@ class EventsIngestApi(APIView):
         body = _json_body(request, too_large=too_large)
         items = body if isinstance(body, list) else [body]
         if isinstance(body, list) and len(body) > MAX_BATCH_EVENTS:
-            return _error(f"The batch has {len(body)} events; the limit is {MAX_BATCH_EVENTS} per request.",
-                          code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+            return _error(
+                f"The batch has {len(body)} events; the limit is {MAX_BATCH_EVENTS} per request.",
+                code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            )
         if not items:
-            return _error("The batch is empty: send one event object or a non-empty array.", code=400)
+            return _error(
+                "The batch is empty: send one event object or a non-empty array.", code=400
+            )
         prefix = "events" if isinstance(body, list) else ""
         valid, results = [], []
         validate = EVENT_ADAPTER.validate_python
@@ -162,25 +209,60 @@ class EventsIngestApi(APIView):
                     errors = error_list(exc, prefix=f"{prefix}[{index}]" if prefix else "")
             else:
                 path, number = unreadable
-                errors = [{"loc": _join_loc(f"{prefix}[{index}]" if prefix else "", path), "msg": number.problem}]
+                errors = [
+                    {
+                        "loc": _join_loc(f"{prefix}[{index}]" if prefix else "", path),
+                        "msg": number.problem,
+                    }
+                ]
             event_id = item.get("event_id") if isinstance(item, dict) else None
-            results.append({"index": index, "event_id": event_id if isinstance(event_id, str) else None,
-                            "status": "rejected", "errors": errors})
+            results.append(
+                {
+                    "index": index,
+                    "event_id": event_id if isinstance(event_id, str) else None,
+                    "status": "rejected",
+                    "errors": errors,
+                }
+            )
         counts = {"accepted": 0, "duplicate": 0, "rejected": len(items) - len(valid)}
         if valid:
-            outcomes = events_receive(project=principal.project, agent=principal.agent,
-                                      events=[e for _, e in valid], may_decide=principal.api_key.can_decide)
+            outcomes = events_receive(
+                project=principal.project,
+                agent=principal.agent,
+                events=[e for _, e in valid],
+                may_decide=principal.api_key.can_decide,
+            )
             for (index, event), outcome in zip(valid, outcomes):
                 counts[outcome.status] += 1
-                errors = [{"loc": f"{prefix}[{index}].{e['loc']}" if prefix else e["loc"], "msg": e["msg"]}
-                          for e in outcome.errors] if outcome.errors else []
-                results[index] = {"index": index, "event_id": str(event.event_id), "status": outcome.status,
-                                  "errors": errors}
+                errors = (
+                    [
+                        {
+                            "loc": f"{prefix}[{index}].{e['loc']}" if prefix else e["loc"],
+                            "msg": e["msg"],
+                        }
+                        for e in outcome.errors
+                    ]
+                    if outcome.errors
+                    else []
+                )
+                results[index] = {
+                    "index": index,
+                    "event_id": str(event.event_id),
+                    "status": outcome.status,
+                    "errors": errors,
+                }
             if counts["accepted"]:
                 drain_inbox_enqueue(principal.project.pk)
         code = HTTP_207_MULTI_STATUS if counts["rejected"] else status.HTTP_200_OK
-        return Response({"accepted": counts["accepted"], "duplicates": counts["duplicate"],
-                         "rejected": counts["rejected"], "results": results}, status=code)
+        return Response(
+            {
+                "accepted": counts["accepted"],
+                "duplicates": counts["duplicate"],
+                "rejected": counts["rejected"],
+                "results": results,
+            },
+            status=code,
+        )
 
 
 class GateCheckApi(APIView):
@@ -206,23 +288,41 @@ class GateCheckApi(APIView):
             errors = error_list(exc)
             return _error(f"Invalid gate request: {errors[0]['loc']}: {errors[0]['msg']}", errors)
         event = ProposedEvent(
-            type="proposed", format=gate.format, call=gate.call, operation_id=gate.operation_id,
-            request_id=gate.request_id, conversation_id=gate.conversation_id, trace_id=gate.trace_id, actor=gate.actor,
+            type="proposed",
+            format=gate.format,
+            call=gate.call,
+            operation_id=gate.operation_id,
+            request_id=gate.request_id,
+            conversation_id=gate.conversation_id,
+            trace_id=gate.trace_id,
+            actor=gate.actor,
             **services.gate_envelope(gate),
         )
         # the same path as /events, then applied at once (after the events received before it)
-        [received] = events_receive(project=principal.project, agent=principal.agent, events=[event])
+        [received] = events_receive(
+            project=principal.project, agent=principal.agent, events=[event]
+        )
         if received.status == "rejected":
             return _error(f"Invalid gate request: {received.errors[0]['msg']}", received.errors)
         inbox_drain(principal.project.pk)
         found = event_answer(principal.project, event.event_id)
-        if found is None or found["kind"] != "proposed":  # a re-sent check finds its first answer; not another kind
-            return _error("This event_id was already used for another kind of event; send a new one.",
-                          [{"loc": "event_id", "msg": "already used"}], code=status.HTTP_409_CONFLICT)
+        if (
+            found is None or found["kind"] != "proposed"
+        ):  # a re-sent check finds its first answer; not another kind
+            return _error(
+                "This event_id was already used for another kind of event; send a new one.",
+                [{"loc": "event_id", "msg": "already used"}],
+                code=status.HTTP_409_CONFLICT,
+            )
         if found["status"] != "applied":
-            failed = any(e["msg"] == APPLY_FAILED for e in found["errors"])  # callgate's bug, not the request's
-            return _error(found["errors"][0]["msg"], found["errors"],
-                          code=status.HTTP_500_INTERNAL_SERVER_ERROR if failed else status.HTTP_409_CONFLICT)
+            failed = any(
+                e["msg"] == APPLY_FAILED for e in found["errors"]
+            )  # callgate's bug, not the request's
+            return _error(
+                found["errors"][0]["msg"],
+                found["errors"],
+                code=status.HTTP_500_INTERNAL_SERVER_ERROR if failed else status.HTTP_409_CONFLICT,
+            )
         return Response(found["answer"])
 
 
@@ -244,7 +344,9 @@ class EventDetailApi(APIView):
         try:
             key = uuid.UUID(event_id)
         except ValueError:
-            return _error("Invalid event_id: must be a UUID.", [{"loc": "event_id", "msg": "must be a UUID"}])
+            return _error(
+                "Invalid event_id: must be a UUID.", [{"loc": "event_id", "msg": "must be a UUID"}]
+            )
         found = event_answer(principal.project, key)
         if found is None:
             raise Http404
@@ -259,15 +361,22 @@ class CallDetailApi(APIView):
     )
     def get(self, request: Request, operation_id: str) -> Response:
         principal = _agent(request)
-        call = (ToolCall.objects.select_related("contract")
-                .filter(project=principal.project, operation_id=operation_id).first())
+        call = (
+            ToolCall.objects.select_related("contract")
+            .filter(project=principal.project, operation_id=operation_id)
+            .first()
+        )
         if call is None:
             raise Http404
-        return Response({
-            **call_answer(call), "tool": call.tool_name,
-            "contract_version": call.contract.version if call.contract else None,
-            "created_at": call.created_at, "updated_at": call.updated_at,
-        })
+        return Response(
+            {
+                **call_answer(call),
+                "tool": call.tool_name,
+                "contract_version": call.contract.version if call.contract else None,
+                "created_at": call.created_at,
+                "updated_at": call.updated_at,
+            }
+        )
 
 
 class ToolRegisterApi(APIView):
@@ -286,8 +395,10 @@ class ToolRegisterApi(APIView):
     def put(self, request: Request, name: str) -> Response:
         principal = _agent(request)
         if not TOOL_NAME.fullmatch(name):
-            return _error("Invalid tool name: 1 to 128 characters, no spaces or control characters.",
-                          [{"loc": "name", "msg": "1 to 128 printable characters without spaces"}])
+            return _error(
+                "Invalid tool name: 1 to 128 characters, no spaces or control characters.",
+                [{"loc": "name", "msg": "1 to 128 printable characters without spaces"}],
+            )
         body = _json_body(request, limit=1024 * 1024)
         try:
             payload = ContractIn.model_validate(body)
@@ -295,11 +406,19 @@ class ToolRegisterApi(APIView):
             errors = error_list(exc)
             return _error(f"Invalid contract: {errors[0]['loc']}: {errors[0]['msg']}", errors)
         try:
-            contract, created = services.contract_register(agent=principal.agent, name=name, payload=payload)
+            contract, created = services.contract_register(
+                agent=principal.agent, name=name, payload=payload
+            )
         except services.ContractRejected as exc:
-            return _error(f"Invalid contract: {exc.loc}: {exc.msg}", [{"loc": exc.loc, "msg": exc.msg}])
+            return _error(
+                f"Invalid contract: {exc.loc}: {exc.msg}", [{"loc": exc.loc, "msg": exc.msg}]
+            )
         return Response(
-            {"name": contract.name, "version": contract.version, "created": created,
-             "lint": {"score": contract.lint_score, "findings": contract.lint_findings}},
+            {
+                "name": contract.name,
+                "version": contract.version,
+                "created": created,
+                "lint": {"score": contract.lint_score, "findings": contract.lint_findings},
+            },
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )

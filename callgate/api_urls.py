@@ -1,4 +1,5 @@
 """REST API v1 for agents (``Authorization: Bearer <api key>``)."""
+
 from django.urls import path
 
 from callgate import api
@@ -11,5 +12,8 @@ urlpatterns = [
     path("calls/<str:operation_id>", api.CallDetailApi.as_view(), name="api-call-detail"),
     path("tools/<str:name>", api.ToolRegisterApi.as_view(), name="api-tool"),
     # reports (callgate.report_api): GET /api/v1/reports/categories, /reasons, /tools, …
-    *[path(f"reports/{name}", view.as_view(), name=f"api-report-{name}") for name, view in REPORT_APIS.items()],
+    *[
+        path(f"reports/{name}", view.as_view(), name=f"api-report-{name}")
+        for name, view in REPORT_APIS.items()
+    ],
 ]

@@ -6,6 +6,7 @@ whole key and its last four characters are stored (OWASP ASVS 6.5.2, 11.5.1); th
 compared in constant time (``hmac.compare_digest``). Keys are accepted only in the
 ``Authorization: Bearer`` header, never in a URL (ASVS 14.2.1), and masked in logs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,7 +46,12 @@ def api_key_issue(*, agent: Agent, name: str = "", can_decide: bool = False) -> 
             break
     plain = f"cg_{prefix}_{secrets.token_urlsafe(32)}"
     row = ApiKey.objects.create(
-        project=agent.project, agent=agent, name=name, prefix=prefix, digest=_digest(plain), last4=plain[-4:],
+        project=agent.project,
+        agent=agent,
+        name=name,
+        prefix=prefix,
+        digest=_digest(plain),
+        last4=plain[-4:],
         can_decide=can_decide,
     )
     return IssuedKey(api_key=row, plain=plain)
@@ -61,7 +67,11 @@ def api_key_verify(plain: str) -> ApiKey | None:
     if not match:
         return None
     row = ApiKey.objects.select_related("agent", "project").filter(prefix=match.group(1)).first()
-    if row is None or not hmac.compare_digest(row.digest, _digest(plain)) or row.revoked_at is not None:
+    if (
+        row is None
+        or not hmac.compare_digest(row.digest, _digest(plain))
+        or row.revoked_at is not None
+    ):
         return None
     now = timezone.now()
     if row.last_used_at is None or (now - row.last_used_at).total_seconds() > LAST_USED_RESOLUTION:
@@ -100,12 +110,18 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         try:
             text = header.decode("ascii")
         except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed("Authorization header must be ASCII: 'Bearer <api key>'.")
+            raise exceptions.AuthenticationFailed(
+                "Authorization header must be ASCII: 'Bearer <api key>'."
+            )
         parts = text.split()
         if len(parts) != 2 or parts[0].lower() != "bearer":
-            raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <api key>'.")
+            raise exceptions.AuthenticationFailed(
+                "Authorization header must be 'Bearer <api key>'."
+            )
         if not KEY_PATTERN.match(parts[1]):
-            raise exceptions.AuthenticationFailed("Malformed API key: expected 'cg_<8 hex>_<43 characters>'.")
+            raise exceptions.AuthenticationFailed(
+                "Malformed API key: expected 'cg_<8 hex>_<43 characters>'."
+            )
         api_key = api_key_verify(parts[1])
         if api_key is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked API key.")

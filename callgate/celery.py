@@ -1,4 +1,5 @@
 """The Celery application. Settings come from Django's settings under the CELERY_ namespace."""
+
 from __future__ import annotations
 
 import logging
@@ -31,5 +32,7 @@ def run_periodic_in_process(stop: threading.Event, *, tick: float = 5.0) -> None
             next_run[name] = time.monotonic() + float(entry["schedule"])
             result = app.tasks[entry["task"]].apply()
             if result.failed():
-                logging.getLogger(__name__).error("periodic task %s failed: %s", name, result.result)
+                logging.getLogger(__name__).error(
+                    "periodic task %s failed: %s", name, result.result
+                )
         close_old_connections()

@@ -7,6 +7,7 @@ every rule can be tested exhaustively. Arguments are validated with ``jsonschema
 (draft 2020-12) and its format checker; contracts are strict about undeclared
 properties even when a schema omits ``additionalProperties``.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,15 @@ from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from callgate.providers import Proposal, json_type, mcp_result_is_error, mcp_result_text
-from callgate.taxonomy import PROPOSAL_PRECEDENCE, REASK_REASONS, Category, Reason, Route, category_of, route_of
+from callgate.taxonomy import (
+    PROPOSAL_PRECEDENCE,
+    REASK_REASONS,
+    Category,
+    Reason,
+    Route,
+    category_of,
+    route_of,
+)
 
 R = Reason
 
@@ -105,8 +114,15 @@ class Verdict:
         return category_of(self.reason) if self.reason else None
 
 
-def verdict(reason: Reason, observation: str, *, idempotent: bool = False, **kwargs: Any) -> Verdict:
-    return Verdict(reason=reason, route=route_of(reason, idempotent=idempotent), observation=observation, **kwargs)
+def verdict(
+    reason: Reason, observation: str, *, idempotent: bool = False, **kwargs: Any
+) -> Verdict:
+    return Verdict(
+        reason=reason,
+        route=route_of(reason, idempotent=idempotent),
+        observation=observation,
+        **kwargs,
+    )
 
 
 ALLOWED = Verdict(reason=None, route=Route.PROCEED)
@@ -164,8 +180,10 @@ def _regex_problem(pattern: Any) -> str | None:
         _regex(pattern)
     except re2.error as exc:
         reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        return f"{pattern!r} is not a regular expression callgate can run in linear time ({reason}; " \
-               "RE2 syntax: no backreferences or look-around)"
+        return (
+            f"{pattern!r} is not a regular expression callgate can run in linear time ({reason}; "
+            "RE2 syntax: no backreferences or look-around)"
+        )
     return None
 
 
@@ -189,7 +207,11 @@ def _additional_properties(validator, additional, instance, schema):
         return
     properties = schema.get("properties", {})
     patterns = [_regex(p) for p in schema.get("patternProperties", {})]
-    extras = [key for key in instance if key not in properties and not any(p.search(key) for p in patterns)]
+    extras = [
+        key
+        for key in instance
+        if key not in properties and not any(p.search(key) for p in patterns)
+    ]
     if validator.is_type(additional, "object"):
         for extra in extras:
             yield from validator.descend(instance[extra], additional, path=extra)
@@ -197,22 +219,33 @@ def _additional_properties(validator, additional, instance, schema):
         if patterns:
             joined = ", ".join(repr(each) for each in sorted(extras))
             regexes = ", ".join(repr(each) for each in sorted(schema["patternProperties"]))
-            yield ValidationError(f"{joined} {'does' if len(extras) == 1 else 'do'} not match any of the "
-                                  f"regexes: {regexes}")
+            yield ValidationError(
+                f"{joined} {'does' if len(extras) == 1 else 'do'} not match any of the "
+                f"regexes: {regexes}"
+            )
         else:
-            yield ValidationError(f"Additional properties are not allowed "
-                                  f"({', '.join(repr(e) for e in sorted(extras))} "
-                                  f"{'was' if len(extras) == 1 else 'were'} unexpected)")
+            yield ValidationError(
+                f"Additional properties are not allowed "
+                f"({', '.join(repr(e) for e in sorted(extras))} "
+                f"{'was' if len(extras) == 1 else 'were'} unexpected)"
+            )
 
 
-Validator = validators.extend(Draft202012Validator, {
-    "pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
-})
+Validator = validators.extend(
+    Draft202012Validator,
+    {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
+)
 
 
 def _refs(schema: Any) -> list[tuple[str, str]]:
     """``(where, $ref)`` of every reference in ``schema``."""
-    return [(where, node["$ref"]) for where, node in _walk(schema) if isinstance(node.get("$ref"), str)]
+    return [
+        (where, node["$ref"]) for where, node in _walk(schema) if isinstance(node.get("$ref"), str)
+    ]
 
 
 def schema_problems(schema: dict) -> str | None:
@@ -232,7 +265,10 @@ def schema_problems(schema: dict) -> str | None:
     pattern_properties, unevaluated = None, None
     for where, node in _walk(schema):
         for pattern in ([node["pattern"]] if isinstance(node.get("pattern"), str) else []) + (
-                list(node["patternProperties"]) if isinstance(node.get("patternProperties"), dict) else []):
+            list(node["patternProperties"])
+            if isinstance(node.get("patternProperties"), dict)
+            else []
+        ):
             if problem := _regex_problem(pattern):
                 return f"pattern at {where}: {problem}"
         if isinstance(node.get("patternProperties"), dict):
@@ -242,13 +278,18 @@ def schema_problems(schema: dict) -> str | None:
     if pattern_properties and unevaluated:
         # jsonschema evaluates unevaluatedProperties through every subschema (allOf, $ref, …)
         # and would match those patterns with Python's backtracking re
-        return (f"patternProperties (at {pattern_properties}) cannot be used in a schema with "
-                f"unevaluatedProperties (at {unevaluated}); use additionalProperties")
-    resolver = NO_REMOTE_REFS.with_resource("urn:callgate:contract", DRAFT202012.create_resource(schema)).resolver(
-        base_uri="urn:callgate:contract")
+        return (
+            f"patternProperties (at {pattern_properties}) cannot be used in a schema with "
+            f"unevaluatedProperties (at {unevaluated}); use additionalProperties"
+        )
+    resolver = NO_REMOTE_REFS.with_resource(
+        "urn:callgate:contract", DRAFT202012.create_resource(schema)
+    ).resolver(base_uri="urn:callgate:contract")
     for where, ref in _refs(schema):
         if not ref.startswith("#"):
-            return f"$ref at {where} must be local (#/…): callgate never fetches schemas, got {ref!r}"
+            return (
+                f"$ref at {where} must be local (#/…): callgate never fetches schemas, got {ref!r}"
+            )
         try:
             resolver.lookup(ref)
         except Unresolvable:
@@ -266,11 +307,24 @@ def _strict(schema: Any, *, in_all_of: bool = False) -> Any:
     out = {}
     for key, value in schema.items():
         if key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
-            out[key] = {k: _strict(v) for k, v in value.items()} if isinstance(value, dict) else value
+            out[key] = (
+                {k: _strict(v) for k, v in value.items()} if isinstance(value, dict) else value
+            )
         elif key == "allOf":
             out[key] = _strict(value, in_all_of=True)
-        elif key in ("items", "prefixItems", "anyOf", "oneOf", "not", "if", "then", "else", "contains",
-                     "additionalProperties", "unevaluatedProperties"):
+        elif key in (
+            "items",
+            "prefixItems",
+            "anyOf",
+            "oneOf",
+            "not",
+            "if",
+            "then",
+            "else",
+            "contains",
+            "additionalProperties",
+            "unevaluatedProperties",
+        ):
             out[key] = _strict(value, in_all_of=in_all_of)
         else:
             out[key] = value
@@ -288,7 +342,9 @@ def _strict(schema: Any, *, in_all_of: bool = False) -> Any:
 @lru_cache(maxsize=512)
 def _validator(schema_json: str) -> Draft202012Validator:
     schema = _strict(json.loads(schema_json))
-    return Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=NO_REMOTE_REFS)
+    return Validator(
+        schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=NO_REMOTE_REFS
+    )
 
 
 def json_path(parts: Iterable[Any]) -> str:
@@ -312,7 +368,9 @@ def _describe(schema: Any) -> str:
     if "enum" in schema:
         bits.append("one of " + ", ".join(_show(v) for v in schema["enum"]))
     elif "type" in schema:
-        bits.append(schema["type"] if isinstance(schema["type"], str) else " or ".join(schema["type"]))
+        bits.append(
+            schema["type"] if isinstance(schema["type"], str) else " or ".join(schema["type"])
+        )
     if "format" in schema:
         example = FORMAT_EXAMPLES.get(schema["format"])
         bits.append(f"format {schema['format']}" + (f", e.g. {example}" if example else ""))
@@ -332,14 +390,21 @@ def _problems_from(error: ValidationError) -> list[Problem]:
         problems = _problems_from(min(chosen, key=lambda e: _precedence(_reason_of(e))))
         allowed = _alternatives(error.validator_value)
         if allowed:
-            problems = [Problem(p.reason, p.path, f"{p.message.split(';')[0]}; expected {allowed}") for p in problems]
+            problems = [
+                Problem(p.reason, p.path, f"{p.message.split(';')[0]}; expected {allowed}")
+                for p in problems
+            ]
         return problems
     if keyword == "required":
         instance = error.instance if isinstance(error.instance, dict) else {}
         properties = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
         return [
-            Problem(R.MISSING_REQUIRED, json_path([*error.absolute_path, name]),
-                    "required argument is missing" + (f" (expected {d})" if (d := _describe(properties.get(name))) else ""))
+            Problem(
+                R.MISSING_REQUIRED,
+                json_path([*error.absolute_path, name]),
+                "required argument is missing"
+                + (f" (expected {d})" if (d := _describe(properties.get(name))) else ""),
+            )
             for name in error.validator_value
             if name not in instance
         ]
@@ -348,26 +413,60 @@ def _problems_from(error: ValidationError) -> list[Problem]:
         extras = [k for k in (error.instance or {}) if k not in declared]
         accepted = ", ".join(declared) or "none"
         return [
-            Problem(R.UNKNOWN_ARGUMENT, json_path([*error.absolute_path, name]),
-                    f"unknown argument: the tool does not declare it (accepted: {accepted})")
+            Problem(
+                R.UNKNOWN_ARGUMENT,
+                json_path([*error.absolute_path, name]),
+                f"unknown argument: the tool does not declare it (accepted: {accepted})",
+            )
             for name in extras
         ]
     if keyword == "type":
-        expected = error.validator_value if isinstance(error.validator_value, str) else " or ".join(error.validator_value)
-        return [Problem(R.TYPE_MISMATCH, path,
-                        f"expected {expected}, got {json_type(error.instance)} {_show(error.instance)}")]
+        expected = (
+            error.validator_value
+            if isinstance(error.validator_value, str)
+            else " or ".join(error.validator_value)
+        )
+        return [
+            Problem(
+                R.TYPE_MISMATCH,
+                path,
+                f"expected {expected}, got {json_type(error.instance)} {_show(error.instance)}",
+            )
+        ]
     if keyword == "enum":
-        return [Problem(R.ENUM_VIOLATION, path,
-                        f"{_show(error.instance)} is not allowed; expected one of "
-                        + ", ".join(_show(v) for v in error.validator_value))]
+        return [
+            Problem(
+                R.ENUM_VIOLATION,
+                path,
+                f"{_show(error.instance)} is not allowed; expected one of "
+                + ", ".join(_show(v) for v in error.validator_value),
+            )
+        ]
     if keyword == "const":
-        return [Problem(R.ENUM_VIOLATION, path, f"{_show(error.instance)} is not allowed; expected {_show(error.validator_value)}")]
+        return [
+            Problem(
+                R.ENUM_VIOLATION,
+                path,
+                f"{_show(error.instance)} is not allowed; expected {_show(error.validator_value)}",
+            )
+        ]
     if keyword == "format":
         example = FORMAT_EXAMPLES.get(error.validator_value)
-        return [Problem(R.CONSTRAINT_VIOLATION, path,
-                        f"{_show(error.instance)} is not a valid {error.validator_value}"
-                        + (f"; expected e.g. {example}" if example else ""))]
-    return [Problem(R.CONSTRAINT_VIOLATION, path, f"{_show(error.instance)} violates {keyword} {_show(error.validator_value)}")]
+        return [
+            Problem(
+                R.CONSTRAINT_VIOLATION,
+                path,
+                f"{_show(error.instance)} is not a valid {error.validator_value}"
+                + (f"; expected e.g. {example}" if example else ""),
+            )
+        ]
+    return [
+        Problem(
+            R.CONSTRAINT_VIOLATION,
+            path,
+            f"{_show(error.instance)} violates {keyword} {_show(error.validator_value)}",
+        )
+    ]
 
 
 def _alternatives(options: Any) -> str:
@@ -387,17 +486,29 @@ def _reason_of(error: ValidationError) -> Reason:
 
 
 def _precedence(reason: Reason) -> int:
-    return PROPOSAL_PRECEDENCE.index(reason) if reason in PROPOSAL_PRECEDENCE else len(PROPOSAL_PRECEDENCE)
+    return (
+        PROPOSAL_PRECEDENCE.index(reason)
+        if reason in PROPOSAL_PRECEDENCE
+        else len(PROPOSAL_PRECEDENCE)
+    )
 
 
-def validate_arguments(arguments: dict, parameters: dict, *, schema_key: str | None = None) -> list[Problem]:
+def validate_arguments(
+    arguments: dict, parameters: dict, *, schema_key: str | None = None
+) -> list[Problem]:
     """Every problem of ``arguments`` against the contract's schema, in precedence order.
     An unusable schema is reported as a constraint problem, never raised."""
     try:
         validator = _validator(schema_key or json.dumps(parameters, sort_keys=True))
         errors = list(validator.iter_errors(arguments))
     except (SchemaError, Unresolvable, TypeError, ValueError, RecursionError, re2.error) as exc:
-        return [Problem(R.CONSTRAINT_VIOLATION, "$", f"the tool's schema cannot be applied ({type(exc).__name__})")]
+        return [
+            Problem(
+                R.CONSTRAINT_VIOLATION,
+                "$",
+                f"the tool's schema cannot be applied ({type(exc).__name__})",
+            )
+        ]
     problems = [p for error in errors for p in _problems_from(error)]
     unique = list(dict.fromkeys(problems))
     return sorted(unique, key=lambda p: (_precedence(p.reason), p.path))
@@ -426,15 +537,26 @@ def classify_proposal(
     if contract is None:
         return verdict(R.UNKNOWN_TOOL, observe_unknown_tool(proposal.tool or "", tools))
     if not proposal.arguments_ok:
-        result = verdict(R.INVALID_JSON, observe_invalid_json(contract, proposal.parse_error or "not a JSON object"))
+        result = verdict(
+            R.INVALID_JSON,
+            observe_invalid_json(contract, proposal.parse_error or "not a JSON object"),
+        )
         return _reask_budget(result, contract, reasks_used)
-    if existing is not None and existing.arguments_digest and existing.arguments_digest != arguments_digest:
+    if (
+        existing is not None
+        and existing.arguments_digest
+        and existing.arguments_digest != arguments_digest
+    ):
         return verdict(R.IDEMPOTENCY_MISMATCH, observe_idempotency_mismatch(contract))
     if existing is not None and existing.has_receipt:
         return verdict(R.DUPLICATE_SUPPRESSED, observe_duplicate(contract))
-    problems = validate_arguments(proposal.arguments, contract.parameters, schema_key=contract.schema_key)
+    problems = validate_arguments(
+        proposal.arguments, contract.parameters, schema_key=contract.schema_key
+    )
     if problems:
-        result = verdict(problems[0].reason, observe_problems(contract, problems), problems=tuple(problems))
+        result = verdict(
+            problems[0].reason, observe_problems(contract, problems), problems=tuple(problems)
+        )
         return _reask_budget(result, contract, reasks_used)
     if contract.requires_approval:
         return verdict(R.APPROVAL_PENDING, observe_approval_pending(contract))
@@ -457,8 +579,11 @@ def _reask_budget(result: Verdict, contract: Contract, reasks_used: int) -> Verd
 
 # --- attempts and later events ------------------------------------------------------------
 
-_CONNECT_ERRORS = re.compile(r"connection ?refused|ConnectError|name or service not known|nodename nor servname|"
-                             r"getaddrinfo|DNS|no route to host|network is unreachable", re.I)
+_CONNECT_ERRORS = re.compile(
+    r"connection ?refused|ConnectError|name or service not known|nodename nor servname|"
+    r"getaddrinfo|DNS|no route to host|network is unreachable",
+    re.I,
+)
 _QUOTA_ERRORS = re.compile(r"rate.?limit|quota|too many requests", re.I)
 
 
@@ -481,13 +606,23 @@ def is_empty_result(result: Any, result_count: int | None) -> bool:
     return result is None or result == [] or result == {} or result == ""
 
 
-def classify_attempt(attempt: Attempt, *, contract: Contract, attempts_used: int, deadline_passed: bool,
-                     operation_id: str = "") -> Verdict:
+def classify_attempt(
+    attempt: Attempt,
+    *,
+    contract: Contract,
+    attempts_used: int,
+    deadline_passed: bool,
+    operation_id: str = "",
+) -> Verdict:
     """Classify one execution. ``attempts_used`` counts executions including this one."""
     reason = attempt_reason(attempt, contract)
     if reason in (R.OK, R.EMPTY_RESULT):
         return verdict(reason, "")
-    result = verdict(reason, observe_attempt(reason, attempt, contract, operation_id), idempotent=contract.idempotent)
+    result = verdict(
+        reason,
+        observe_attempt(reason, attempt, contract, operation_id),
+        idempotent=contract.idempotent,
+    )
     return _retry_budget(result, contract, attempts_used, deadline_passed)
 
 
@@ -547,13 +682,19 @@ def _unknown_outcome(contract: Contract) -> Reason:
     return R.OUTCOME_UNKNOWN if contract.reconcilable else R.NOT_RECONCILABLE
 
 
-def _retry_budget(result: Verdict, contract: Contract, attempts_used: int, deadline_passed: bool) -> Verdict:
+def _retry_budget(
+    result: Verdict, contract: Contract, attempts_used: int, deadline_passed: bool
+) -> Verdict:
     """``retry_exhausted`` replaces a retryable reason once attempts or deadline run out."""
     if result.route != Route.RETRY:
         return result
     if attempts_used < contract.max_attempts and not deadline_passed:
         return result
-    why = "its deadline has passed" if deadline_passed else f"all {contract.max_attempts} attempts are used"
+    why = (
+        "its deadline has passed"
+        if deadline_passed
+        else f"all {contract.max_attempts} attempts are used"
+    )
     return verdict(
         R.RETRY_EXHAUSTED,
         f"{contract.name} could not be completed: {why} (last failure: {result.reason}). "
@@ -562,31 +703,43 @@ def _retry_budget(result: Verdict, contract: Contract, attempts_used: int, deadl
     )
 
 
-def classify_reconciled(*, found: bool, matches: bool, contract: Contract, attempts_used: int,
-                        deadline_passed: bool) -> Verdict:
+def classify_reconciled(
+    *, found: bool, matches: bool, contract: Contract, attempts_used: int, deadline_passed: bool
+) -> Verdict:
     """A look-up of the operation in the target system found it applied, absent or different."""
     if found and matches:
-        return verdict(R.RECONCILED_APPLIED,
-                       f"{contract.name} was applied (confirmed with the target system). "
-                       "Use its receipt; do not call it again.")
+        return verdict(
+            R.RECONCILED_APPLIED,
+            f"{contract.name} was applied (confirmed with the target system). "
+            "Use its receipt; do not call it again.",
+        )
     if found:
-        return verdict(R.RECONCILE_MISMATCH,
-                       f"The target holds a record for this operation of {contract.name}, but with other "
-                       "content than requested. Do not retry; an operator will review it.")
+        return verdict(
+            R.RECONCILE_MISMATCH,
+            f"The target holds a record for this operation of {contract.name}, but with other "
+            "content than requested. Do not retry; an operator will review it.",
+        )
     if contract.idempotent:
-        result = verdict(R.RECONCILED_ABSENT,
-                         f"The earlier attempt of {contract.name} did not reach the target; it is safe to "
-                         "retry under the same operation ID.", idempotent=True)
+        result = verdict(
+            R.RECONCILED_ABSENT,
+            f"The earlier attempt of {contract.name} did not reach the target; it is safe to "
+            "retry under the same operation ID.",
+            idempotent=True,
+        )
         return _retry_budget(result, contract, attempts_used, deadline_passed)
-    return verdict(R.RECONCILED_ABSENT,
-                   f"The earlier attempt of {contract.name} left no trace in the target, but the target does not "
-                   "deduplicate by operation ID; an operator decides whether to retry. Do not call it again.")
+    return verdict(
+        R.RECONCILED_ABSENT,
+        f"The earlier attempt of {contract.name} left no trace in the target, but the target does not "
+        "deduplicate by operation ID; an operator decides whether to retry. Do not call it again.",
+    )
 
 
 def classify_receipt(*, contract_name: str) -> Verdict:
     """A late confirmation from the target: the write happened."""
-    return verdict(R.RECONCILED_APPLIED,
-                   f"{contract_name} was applied (the target confirmed it late). Use its receipt; do not call it again.")
+    return verdict(
+        R.RECONCILED_APPLIED,
+        f"{contract_name} was applied (the target confirmed it late). Use its receipt; do not call it again.",
+    )
 
 
 def classify_denied(*, contract_name: str) -> Verdict:
@@ -595,8 +748,14 @@ def classify_denied(*, contract_name: str) -> Verdict:
     return verdict(R.PERMISSION_DENIED, observe_permission_denied(contract_name))
 
 
-def classify_decision(*, decision: str, reason: str, contract_name: str, current: Reason | None,
-                      idempotent: bool = False) -> Verdict:
+def classify_decision(
+    *,
+    decision: str,
+    reason: str,
+    contract_name: str,
+    current: Reason | None,
+    idempotent: bool = False,
+) -> Verdict:
     """An operator's decision (TAXONOMY "Human decisions").
 
     ``approve`` of an approval lets the call execute (``ALLOWED``); ``reject`` of an approval
@@ -608,26 +767,38 @@ def classify_decision(*, decision: str, reason: str, contract_name: str, current
     if decision == "approve":
         return ALLOWED
     if decision == "reject" and current in (R.APPROVAL_PENDING, None):
-        return verdict(R.APPROVAL_REJECTED,
-                       f"An operator rejected the call to {contract_name}; it was not executed.{said} "
-                       "Do not retry it; tell the user.")
+        return verdict(
+            R.APPROVAL_REJECTED,
+            f"An operator rejected the call to {contract_name}; it was not executed.{said} "
+            "Do not retry it; tell the user.",
+        )
     if decision == "mark_applied":
-        return verdict(R.RECONCILED_APPLIED,
-                       f"An operator confirmed that {contract_name} was applied. Do not call it again.")
+        return verdict(
+            R.RECONCILED_APPLIED,
+            f"An operator confirmed that {contract_name} was applied. Do not call it again.",
+        )
     if decision == "approve_retry":
-        return Verdict(reason=current, route=Route.RETRY,
-                       observation=f"An operator approved a retry of {contract_name} under the same operation ID.{said}")
+        return Verdict(
+            reason=current,
+            route=Route.RETRY,
+            observation=f"An operator approved a retry of {contract_name} under the same operation ID.{said}",
+        )
     if decision in ("reject", "mark_failed"):
-        return Verdict(reason=current, route=Route.STOP,
-                       observation=f"An operator ended the call to {contract_name} without success.{said} "
-                       "Do not retry it; tell the user.")
+        return Verdict(
+            reason=current,
+            route=Route.STOP,
+            observation=f"An operator ended the call to {contract_name} without success.{said} "
+            "Do not retry it; tell the user.",
+        )
     raise ValueError(f"unknown decision {decision!r}")
 
 
 def classify_approval_expired(*, contract_name: str) -> Verdict:
-    return verdict(R.APPROVAL_EXPIRED,
-                   f"Nobody approved the call to {contract_name} before the approval timeout; it was not executed. "
-                   "Tell the user it needs approval.")
+    return verdict(
+        R.APPROVAL_EXPIRED,
+        f"Nobody approved the call to {contract_name} before the approval timeout; it was not executed. "
+        "Tell the user it needs approval.",
+    )
 
 
 # --- observation texts --------------------------------------------------------------------
@@ -635,46 +806,63 @@ def classify_approval_expired(*, contract_name: str) -> Verdict:
 
 def observe_malformed(why: str, tools: Mapping[str, Any]) -> str:
     names = ", ".join(sorted(tools)) or "none registered"
-    return (f"Your output is not a recognisable tool call: {why}. To call a tool, emit one structured tool call "
-            f"with the tool's name and a JSON object of arguments. Valid tools: {names}.")
+    return (
+        f"Your output is not a recognisable tool call: {why}. To call a tool, emit one structured tool call "
+        f"with the tool's name and a JSON object of arguments. Valid tools: {names}."
+    )
 
 
 def observe_unknown_tool(name: str, tools: Mapping[str, Any]) -> str:
     names = ", ".join(sorted(tools)) or "none registered"
-    return (f"There is no tool named {_show(name)}. Valid tools: {names}. "
-            "Call one of these by its exact name, or answer without a tool.")
+    return (
+        f"There is no tool named {_show(name)}. Valid tools: {names}. "
+        "Call one of these by its exact name, or answer without a tool."
+    )
 
 
 def observe_invalid_json(contract: Contract, why: str) -> str:
-    return (f"The arguments for {contract.name} are not a valid JSON object ({why}). Send the arguments as one "
-            f"JSON object with double-quoted keys, no code fences and no trailing commas. {_expected(contract)}")
+    return (
+        f"The arguments for {contract.name} are not a valid JSON object ({why}). Send the arguments as one "
+        f"JSON object with double-quoted keys, no code fences and no trailing commas. {_expected(contract)}"
+    )
 
 
 def _expected(contract: Contract) -> str:
-    properties = contract.parameters.get("properties", {}) if isinstance(contract.parameters, dict) else {}
+    properties = (
+        contract.parameters.get("properties", {}) if isinstance(contract.parameters, dict) else {}
+    )
     if not isinstance(properties, dict) or not properties:
         return ""
     required = set(contract.parameters.get("required", []) or [])
-    parts = [f"{name}{'' if name in required else ' (optional)'}" + (f": {d}" if (d := _describe(s)) else "")
-             for name, s in properties.items()]
+    parts = [
+        f"{name}{'' if name in required else ' (optional)'}"
+        + (f": {d}" if (d := _describe(s)) else "")
+        for name, s in properties.items()
+    ]
     return f"{contract.name} takes: " + "; ".join(parts) + "."
 
 
 def observe_problems(contract: Contract, problems: list[Problem]) -> str:
-    lines = [f"The call to {contract.name} was not executed: its arguments do not match the tool's schema."]
+    lines = [
+        f"The call to {contract.name} was not executed: its arguments do not match the tool's schema."
+    ]
     lines += [f"- {p.path}: {p.message}" for p in problems]
     lines.append(f"Fix every listed argument and call {contract.name} again.")
     return "\n".join(lines)
 
 
 def observe_idempotency_mismatch(contract: Contract) -> str:
-    return (f"This operation ID of {contract.name} was already used with different arguments; it was not executed. "
-            "A different call needs a new operation ID.")
+    return (
+        f"This operation ID of {contract.name} was already used with different arguments; it was not executed. "
+        "A different call needs a new operation ID."
+    )
 
 
 def observe_duplicate(contract: Contract) -> str:
-    return (f"This call to {contract.name} already succeeded; its stored receipt is returned and nothing was "
-            "executed again. Do not call it again.")
+    return (
+        f"This call to {contract.name} already succeeded; its stored receipt is returned and nothing was "
+        "executed again. Do not call it again."
+    )
 
 
 def observe_approval_pending(contract: Contract) -> str:
@@ -682,8 +870,10 @@ def observe_approval_pending(contract: Contract) -> str:
 
 
 def observe_permission_denied(contract_name: str) -> str:
-    return (f"The call to {contract_name} was refused: the user you act for is not allowed to do this. "
-            "Do not retry and do not try to reach the same resource another way; tell the user they lack permission.")
+    return (
+        f"The call to {contract_name} was refused: the user you act for is not allowed to do this. "
+        "Do not retry and do not try to reach the same resource another way; tell the user they lack permission."
+    )
 
 
 def sanitise_error(error: str | None) -> str:
@@ -691,37 +881,54 @@ def sanitise_error(error: str | None) -> str:
     if not error:
         return ""
     lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith(("Traceback", "File \"", "at ", "^"))]
+    lines = [ln for ln in lines if not ln.startswith(("Traceback", 'File "', "at ", "^"))]
     text = lines[-1] if lines else ""
     text = re.sub(r"(/[\w.\-]+){2,}", "…", text)
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
-def observe_attempt(reason: Reason, attempt: Attempt, contract: Contract, operation_id: str = "") -> str:
+def observe_attempt(
+    reason: Reason, attempt: Attempt, contract: Contract, operation_id: str = ""
+) -> str:
     name = contract.name
     status = f" (HTTP {attempt.http_status})" if attempt.http_status else ""
-    error = sanitise_error(mcp_result_text(attempt.result) if attempt.result_format == "mcp" and not attempt.error
-                           else attempt.error)
+    error = sanitise_error(
+        mcp_result_text(attempt.result)
+        if attempt.result_format == "mcp" and not attempt.error
+        else attempt.error
+    )
     said = f": {error}" if error else ""
     op = f" (operation {operation_id})" if operation_id else ""
     if reason == R.PERMISSION_DENIED:
         return observe_permission_denied(name)
     if reason == R.AUTHENTICATION_FAILED:
-        return (f"The target rejected the credentials used for {name}{status}. This is a configuration problem; "
-                "retrying cannot help. An operator will review it.")
+        return (
+            f"The target rejected the credentials used for {name}{status}. This is a configuration problem; "
+            "retrying cannot help. An operator will review it."
+        )
     if reason == R.REFERENCE_NOT_FOUND:
-        return (f"{name} failed: the target found nothing for an entity your arguments refer to{status}{said}. "
-                "Check the identifiers you used (do not invent them) and call it again with existing ones.")
+        return (
+            f"{name} failed: the target found nothing for an entity your arguments refer to{status}{said}. "
+            "Check the identifiers you used (do not invent them) and call it again with existing ones."
+        )
     if reason in (R.RATE_LIMITED, R.UNAVAILABLE, R.CIRCUIT_OPEN, R.READ_FAILURE):
-        return (f"{name} failed with a temporary error ({reason.replace('_', ' ')}{status}). It will be retried "
-                "under the same operation ID after a backoff; do not change the arguments.")
+        return (
+            f"{name} failed with a temporary error ({reason.replace('_', ' ')}{status}). It will be retried "
+            "under the same operation ID after a backoff; do not change the arguments."
+        )
     if reason == R.OUTCOME_UNKNOWN:
-        return (f"The outcome of {name} is unknown{status}: the request may have been applied{op}. Do not call it "
-                "again; the target system is being checked for this operation first.")
+        return (
+            f"The outcome of {name} is unknown{status}: the request may have been applied{op}. Do not call it "
+            "again; the target system is being checked for this operation first."
+        )
     if reason == R.NOT_RECONCILABLE:
-        return (f"The outcome of {name} is unknown{status} and cannot be looked up in the target. Do not call it "
-                "again; an operator will review it.")
+        return (
+            f"The outcome of {name} is unknown{status} and cannot be looked up in the target. Do not call it "
+            "again; an operator will review it."
+        )
     if reason == R.CONFLICT:
-        return (f"{name} hit a conflict in the target{status}: the object changed while the call ran. Do not retry; "
-                "an operator will review it.")
+        return (
+            f"{name} hit a conflict in the target{status}: the object changed while the call ran. Do not retry; "
+            "an operator will review it."
+        )
     return f"{name} failed{status}{said}. Correct the arguments if that helps, then call it again."

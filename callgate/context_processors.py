@@ -33,8 +33,14 @@ def navigation(request: HttpRequest) -> dict:
             except NoReverseMatch:  # a page that this installation does not serve
                 continue
             # the count is a callable: templates that show no navigation (htmx fragments) never query it
-            links.append({"key": key, "label": label, "url": url,
-                          "count": partial(open_item_count, project=project) if key == "review" else 0})
+            links.append(
+                {
+                    "key": key,
+                    "label": label,
+                    "url": url,
+                    "count": partial(open_item_count, project=project) if key == "review" else 0,
+                }
+            )
     return {
         "nav_projects": user_projects(request.user).only("slug", "name"),
         "project": project,

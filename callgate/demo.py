@@ -11,6 +11,7 @@ calls, arguments and failures.
 The tool adapters below (``follow_up_tool``, ``ticket_tool``) are also what the end-to-end
 tests execute: they turn the simulator's HTTP answers into results or ``ToolFailure``.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,12 +68,15 @@ def reconcile_through(service: SimulatorService, *, token: str = TOKEN) -> Itera
             raw = request.url.raw_path
             prefix = SIMULATOR_PATH.encode()
             if raw.startswith(prefix + b"/"):
-                request.url = request.url.copy_with(raw_path=raw[len(prefix):])
+                request.url = request.url.copy_with(raw_path=raw[len(prefix) :])
             return self.inner.handle_request(request)
 
     def make_client() -> httpx.Client:
-        return httpx.Client(transport=Unmounted(), follow_redirects=False,
-                            headers={"Authorization": f"Bearer {token}"})
+        return httpx.Client(
+            transport=Unmounted(),
+            follow_redirects=False,
+            headers={"Authorization": f"Bearer {token}"},
+        )
 
     with mock.patch("callgate.reconcile.make_client", make_client):
         yield
@@ -92,7 +96,9 @@ def _simulator_failure(exc: httpx.HTTPError) -> ToolFailure:
     if isinstance(exc, httpx.TimeoutException):
         return ToolFailure(f"{exc.__class__.__name__}: {exc}", sent=True, outcome="timeout")
     if isinstance(exc, httpx.RemoteProtocolError):
-        return ToolFailure(f"{exc.__class__.__name__}: {exc}", sent=True, outcome="connection_reset")
+        return ToolFailure(
+            f"{exc.__class__.__name__}: {exc}", sent=True, outcome="connection_reset"
+        )
     return ToolFailure(f"{exc.__class__.__name__}: {exc}", sent=None, outcome="error")
 
 
@@ -102,16 +108,26 @@ def _answer(response: httpx.Response) -> Any:
             message = response.json().get("error") or response.reason_phrase
         except ValueError:
             message = response.reason_phrase
-        raise ToolFailure(str(message), sent=True, outcome="error", http_status=response.status_code)
+        raise ToolFailure(
+            str(message), sent=True, outcome="error", http_status=response.status_code
+        )
     try:
         return response.json()
     except ValueError:
-        raise ToolFailure("the target answered with a body that is not JSON", sent=True,
-                          http_status=response.status_code) from None
+        raise ToolFailure(
+            "the target answered with a body that is not JSON",
+            sent=True,
+            http_status=response.status_code,
+        ) from None
 
 
-def follow_up_tool(http: httpx.Client, *, tenant: str = TENANT, token: str = TOKEN,
-                   mangle: Callable[[dict], dict] | None = None) -> Callable[[dict, str], Any]:
+def follow_up_tool(
+    http: httpx.Client,
+    *,
+    tenant: str = TENANT,
+    token: str = TOKEN,
+    mangle: Callable[[dict], dict] | None = None,
+) -> Callable[[dict, str], Any]:
     """The ``create_follow_up`` tool: POST the arguments to the simulator with
     ``Idempotency-Key: <operation_id>``; returns the receipt. ``mangle`` simulates a buggy
     adapter that sends something other than the validated arguments."""
@@ -119,8 +135,11 @@ def follow_up_tool(http: httpx.Client, *, tenant: str = TENANT, token: str = TOK
     def execute(arguments: dict, operation_id: str) -> Any:
         body = mangle(dict(arguments)) if mangle else arguments
         try:
-            response = http.post(f"/tenants/{tenant}/follow-ups", json=body,
-                                 headers={"Idempotency-Key": operation_id, "Authorization": f"Bearer {token}"})
+            response = http.post(
+                f"/tenants/{tenant}/follow-ups",
+                json=body,
+                headers={"Idempotency-Key": operation_id, "Authorization": f"Bearer {token}"},
+            )
         except httpx.HTTPError as exc:
             raise _simulator_failure(exc) from exc
         return _answer(response)["receipt"]
@@ -133,7 +152,9 @@ def ticket_tool(http: httpx.Client, *, token: str = TOKEN) -> Callable[[dict, st
 
     def execute(arguments: dict, operation_id: str) -> Any:
         try:
-            response = http.get(f"/tickets/{arguments['ticket_id']}", headers={"Authorization": f"Bearer {token}"})
+            response = http.get(
+                f"/tickets/{arguments['ticket_id']}", headers={"Authorization": f"Bearer {token}"}
+            )
         except httpx.HTTPError as exc:
             raise _simulator_failure(exc) from exc
         return _answer(response)
@@ -146,14 +167,29 @@ def ticket_tool(http: httpx.Client, *, token: str = TOKEN) -> Callable[[dict, st
 FOLLOW_UP_SCHEMA = {
     "type": "object",
     "properties": {
-        "ticket_id": {"type": "string", "pattern": "^T-[0-9]+$", "description": "Support ticket id, e.g. T-1042",
-                      "examples": ["T-1042"]},
-        "assignee_id": {"type": "string", "minLength": 1, "description": "User id of the assignee, e.g. u-7",
-                        "examples": ["u-7"]},
-        "due_at": {"type": "string", "format": "date-time",
-                   "description": "When the follow-up is due, RFC 3339, e.g. 2026-12-01T09:00:00Z",
-                   "examples": ["2026-12-01T09:00:00Z"]},
-        "note": {"type": "string", "maxLength": 500, "description": "Optional note for the assignee"},
+        "ticket_id": {
+            "type": "string",
+            "pattern": "^T-[0-9]+$",
+            "description": "Support ticket id, e.g. T-1042",
+            "examples": ["T-1042"],
+        },
+        "assignee_id": {
+            "type": "string",
+            "minLength": 1,
+            "description": "User id of the assignee, e.g. u-7",
+            "examples": ["u-7"],
+        },
+        "due_at": {
+            "type": "string",
+            "format": "date-time",
+            "description": "When the follow-up is due, RFC 3339, e.g. 2026-12-01T09:00:00Z",
+            "examples": ["2026-12-01T09:00:00Z"],
+        },
+        "note": {
+            "type": "string",
+            "maxLength": 500,
+            "description": "Optional note for the assignee",
+        },
     },
     "required": ["ticket_id", "assignee_id", "due_at"],
     "additionalProperties": False,
@@ -166,54 +202,148 @@ def contracts(simulator_base_url: str) -> dict[str, dict]:
     return {
         "create_follow_up": dict(
             description="Create a follow-up task on a support ticket. Idempotent by operation ID.",
-            effect="write", idempotent=True, reconcilable=True, reconcile_url=lookup, max_attempts=3, max_reasks=2,
-            retry=RetryPolicy(initial_interval=0.5, backoff_coefficient=2, maximum_interval=5, deadline_seconds=600),
+            effect="write",
+            idempotent=True,
+            reconcilable=True,
+            reconcile_url=lookup,
+            max_attempts=3,
+            max_reasks=2,
+            retry=RetryPolicy(
+                initial_interval=0.5,
+                backoff_coefficient=2,
+                maximum_interval=5,
+                deadline_seconds=600,
+            ),
             parameters=FOLLOW_UP_SCHEMA,
         ),
         "escalate_ticket": dict(
             description="Escalate a ticket to second-level support (the target does not dedupe).",
-            effect="write", idempotent=False, reconcilable=True, reconcile_url=lookup, max_attempts=2, max_reasks=2,
+            effect="write",
+            idempotent=False,
+            reconcilable=True,
+            reconcile_url=lookup,
+            max_attempts=2,
+            max_reasks=2,
             parameters=FOLLOW_UP_SCHEMA,
         ),
         "lookup_ticket": dict(
-            description="Read one support ticket by id.", effect="read", max_attempts=3, max_reasks=2,
-            parameters={"type": "object", "properties": {
-                "ticket_id": {"type": "string", "pattern": "^T-[0-9]+$", "description": "Ticket id, e.g. T-7",
-                              "examples": ["T-7"]}}, "required": ["ticket_id"]},
+            description="Read one support ticket by id.",
+            effect="read",
+            max_attempts=3,
+            max_reasks=2,
+            parameters={
+                "type": "object",
+                "properties": {
+                    "ticket_id": {
+                        "type": "string",
+                        "pattern": "^T-[0-9]+$",
+                        "description": "Ticket id, e.g. T-7",
+                        "examples": ["T-7"],
+                    }
+                },
+                "required": ["ticket_id"],
+            },
         ),
         "get_weather": dict(
-            description="Weather for a city on a date.", effect="read", max_attempts=3, max_reasks=2,
+            description="Weather for a city on a date.",
+            effect="read",
+            max_attempts=3,
+            max_reasks=2,
             retry=RetryPolicy(initial_interval=0.2, backoff_coefficient=2, maximum_interval=2),
-            parameters={"type": "object", "properties": {
-                "city": {"type": "string", "minLength": 1, "description": "Full city name, e.g. 'Paris'"},
-                "date": {"type": "string", "format": "date", "description": "ISO 8601 date, e.g. 2026-06-15",
-                         "examples": ["2026-06-15"]},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius",
-                         "description": "Temperature unit"}}, "required": ["city"]},
+            parameters={
+                "type": "object",
+                "properties": {
+                    "city": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "Full city name, e.g. 'Paris'",
+                    },
+                    "date": {
+                        "type": "string",
+                        "format": "date",
+                        "description": "ISO 8601 date, e.g. 2026-06-15",
+                        "examples": ["2026-06-15"],
+                    },
+                    "unit": {
+                        "type": "string",
+                        "enum": ["celsius", "fahrenheit"],
+                        "default": "celsius",
+                        "description": "Temperature unit",
+                    },
+                },
+                "required": ["city"],
+            },
         ),
         "search_products": dict(
-            description="Search the product catalogue by name.", effect="read", max_attempts=4, max_reasks=2,
-            parameters={"type": "object", "properties": {
-                "query": {"type": "string", "minLength": 1, "description": "Words to search for"},
-                "num_results": {"type": "integer", "minimum": 1, "maximum": 10, "default": 5,
-                                "description": "How many results, 1 to 10"}}, "required": ["query"]},
+            description="Search the product catalogue by name.",
+            effect="read",
+            max_attempts=4,
+            max_reasks=2,
+            parameters={
+                "type": "object",
+                "properties": {
+                    "query": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "Words to search for",
+                    },
+                    "num_results": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": 10,
+                        "default": 5,
+                        "description": "How many results, 1 to 10",
+                    },
+                },
+                "required": ["query"],
+            },
         ),
         "issue_payout": dict(
-            description="Pay a customer a refund. A human approves every payout.", effect="write",
-            idempotent=False, reconcilable=False, requires_approval=True, approval_timeout_seconds=3600,
-            max_attempts=1, max_reasks=1, sensitive_fields=["iban"],
-            parameters={"type": "object", "properties": {
-                "customer_id": {"type": "string", "pattern": "^C-[0-9]+$", "description": "Customer id, e.g. C-12"},
-                "amount_cents": {"type": "integer", "minimum": 1, "maximum": 500000,
-                                 "description": "Amount in euro cents"},
-                "iban": {"type": "string", "minLength": 15, "maxLength": 34, "description": "Payee IBAN"}},
-                "required": ["customer_id", "amount_cents", "iban"]},
+            description="Pay a customer a refund. A human approves every payout.",
+            effect="write",
+            idempotent=False,
+            reconcilable=False,
+            requires_approval=True,
+            approval_timeout_seconds=3600,
+            max_attempts=1,
+            max_reasks=1,
+            sensitive_fields=["iban"],
+            parameters={
+                "type": "object",
+                "properties": {
+                    "customer_id": {
+                        "type": "string",
+                        "pattern": "^C-[0-9]+$",
+                        "description": "Customer id, e.g. C-12",
+                    },
+                    "amount_cents": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": 500000,
+                        "description": "Amount in euro cents",
+                    },
+                    "iban": {
+                        "type": "string",
+                        "minLength": 15,
+                        "maxLength": 34,
+                        "description": "Payee IBAN",
+                    },
+                },
+                "required": ["customer_id", "amount_cents", "iban"],
+            },
         ),
         # badly described on purpose: the contract linter scores it low
         "do_stuff": dict(
-            description="does stuff", effect="write", idempotent=False, reconcilable=False, max_attempts=2,
-            max_reasks=1, parameters={"type": "object", "properties": {"x": {}, "y": {"type": "string"},
-                                                                        "n": {"type": "number"}}},
+            description="does stuff",
+            effect="write",
+            idempotent=False,
+            reconcilable=False,
+            max_attempts=2,
+            max_reasks=1,
+            parameters={
+                "type": "object",
+                "properties": {"x": {}, "y": {"type": "string"}, "n": {"type": "number"}},
+            },
         ),
     }
 
@@ -235,7 +365,12 @@ def as_gemini(tool: str, arguments: dict, call_id: str) -> dict:
 
 
 def as_mcp(tool: str, arguments: dict, call_id: str) -> dict:
-    return {"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+    return {
+        "jsonrpc": "2.0",
+        "id": call_id,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
 
 
 def as_responses(tool: str, arguments: Any, call_id: str) -> dict:
@@ -244,7 +379,10 @@ def as_responses(tool: str, arguments: Any, call_id: str) -> dict:
 
 
 FORMATS: dict[str, Callable[[str, Any, str], dict]] = {
-    "openai": as_openai, "anthropic": as_anthropic, "gemini": as_gemini, "mcp": as_mcp,
+    "openai": as_openai,
+    "anthropic": as_anthropic,
+    "gemini": as_gemini,
+    "mcp": as_mcp,
     "openai_responses": as_responses,
 }
 
@@ -253,7 +391,13 @@ FORMATS: dict[str, Callable[[str, Any, str], dict]] = {
 
 ROLES = ("support-bot", "shop-bot", "finance-bot", "legacy-bot")
 CITIES = ("Paris", "Lisbon", "Oslo", "Nairobi", "Osaka", "Lima", "Toronto", "Zagreb")
-QUERIES = ("usb-c cable", "standing desk", "noise cancelling headphones", "laptop stand", "4k monitor")
+QUERIES = (
+    "usb-c cable",
+    "standing desk",
+    "noise cancelling headphones",
+    "laptop stand",
+    "4k monitor",
+)
 CONDITIONS = ("sunny", "cloudy", "rain", "snow", "windy")
 
 
@@ -306,8 +450,16 @@ class Fleet:
     target; ``operator`` is the user whose decisions the scripted operator makes.
     """
 
-    def __init__(self, *, clients: dict[str, CallgateClient], sim: SimulatorService, rng, time_: VirtualTime,
-                 operator, run_tag: str) -> None:
+    def __init__(
+        self,
+        *,
+        clients: dict[str, CallgateClient],
+        sim: SimulatorService,
+        rng,
+        time_: VirtualTime,
+        operator,
+        run_tag: str,
+    ) -> None:
         self.clients = clients
         self.sim = sim
         self.http = simulator_client(sim)
@@ -331,9 +483,13 @@ class Fleet:
         return f"{self.run_tag}-req-{self.counter}", f"call_{self.run_tag}_{self.counter}"
 
     def fmt(self) -> str:
-        return self.rng.choice(["openai", "openai", "anthropic", "gemini", "mcp", "openai_responses"])
+        return self.rng.choice(
+            ["openai", "openai", "anthropic", "gemini", "mcp", "openai_responses"]
+        )
 
-    def proposal(self, tool: str, arguments: Any, call_id: str, fmt: str | None = None) -> tuple[str, dict]:
+    def proposal(
+        self, tool: str, arguments: Any, call_id: str, fmt: str | None = None
+    ) -> tuple[str, dict]:
         fmt = fmt or self.fmt()
         if isinstance(arguments, str) and fmt not in ("openai", "openai_responses"):
             fmt = "openai"
@@ -343,30 +499,56 @@ class Fleet:
         return f"2026-12-{self.rng.randint(1, 28):02d}T{self.rng.randint(8, 17):02d}:00:00Z"
 
     def follow_up_args(self, **changes: Any) -> dict:
-        return {"ticket_id": self.rng.choice(["T-1", "T-2"]), "assignee_id": f"u-{self.rng.randint(1, 40)}",
-                "due_at": self.due(), **changes}
+        return {
+            "ticket_id": self.rng.choice(["T-1", "T-2"]),
+            "assignee_id": f"u-{self.rng.randint(1, 40)}",
+            "due_at": self.due(),
+            **changes,
+        }
 
     def weather(self, arguments: dict, operation_id: str) -> dict:
-        return {"city": arguments["city"], "temperature": self.rng.randint(-5, 31),
-                "condition": self.rng.choice(CONDITIONS)}
+        return {
+            "city": arguments["city"],
+            "temperature": self.rng.randint(-5, 31),
+            "condition": self.rng.choice(CONDITIONS),
+        }
 
     def search(self, arguments: dict, operation_id: str) -> list:
         if "unicorn" in arguments["query"]:
             return []
         n = arguments.get("num_results", 5)
-        return [{"sku": f"SKU-{self.rng.randint(1000, 9999)}", "name": f"{arguments['query']} #{i + 1}"}
-                for i in range(n)]
+        return [
+            {"sku": f"SKU-{self.rng.randint(1000, 9999)}", "name": f"{arguments['query']} #{i + 1}"}
+            for i in range(n)
+        ]
 
     def payout(self, arguments: dict, operation_id: str) -> dict:
-        return {"payout_id": f"P-{self.rng.randint(100, 999)}", "amount_cents": arguments["amount_cents"]}
+        return {
+            "payout_id": f"P-{self.rng.randint(100, 999)}",
+            "amount_cents": arguments["amount_cents"],
+        }
 
-    def run(self, role: str, tool: str, arguments: Any, execute, *, model: ScriptedModel | None = None,
-            fmt: str | None = None, operation_id: str | None = None, request_id: str | None = None,
-            wait_limit: float = 30) -> RunResult:
+    def run(
+        self,
+        role: str,
+        tool: str,
+        arguments: Any,
+        execute,
+        *,
+        model: ScriptedModel | None = None,
+        fmt: str | None = None,
+        operation_id: str | None = None,
+        request_id: str | None = None,
+        wait_limit: float = 30,
+    ) -> RunResult:
         client = self.agent(role)
         rid, cid = self.ids()
         fmt, call = self.proposal(tool, arguments, cid, fmt)
-        kwargs = dict(request_id=request_id or rid, wait_limit=wait_limit, actor=f"user-{self.rng.randint(1, 9)}")
+        kwargs = dict(
+            request_id=request_id or rid,
+            wait_limit=wait_limit,
+            actor=f"user-{self.rng.randint(1, 9)}",
+        )
         if operation_id:
             kwargs["operation_id"] = operation_id
         if model is not None:
@@ -384,16 +566,36 @@ class Fleet:
             return
         breaker = client.breaker(tool)
         if not breaker.allow():
-            body = {"sent": False, "outcome": "circuit_open", "http_status": None, "error": f"circuit open for {tool}"}
+            body = {
+                "sent": False,
+                "outcome": "circuit_open",
+                "http_status": None,
+                "error": f"circuit open for {tool}",
+            }
         else:
             try:
                 result = execute(dict(arguments), answer.operation_id)
-                body = {"sent": True, "outcome": "success", "http_status": None, "error": None, "result": result}
+                body = {
+                    "sent": True,
+                    "outcome": "success",
+                    "http_status": None,
+                    "error": None,
+                    "result": result,
+                }
                 breaker.record_success()
             except ToolFailure as exc:
-                body = {"sent": exc.sent, "outcome": exc.outcome, "http_status": exc.http_status, "error": exc.error}
+                body = {
+                    "sent": exc.sent,
+                    "outcome": exc.outcome,
+                    "http_status": exc.http_status,
+                    "error": exc.error,
+                }
                 breaker.record_failure()
-        client.report_now(client.event("attempt", operation_id=answer.operation_id, request_id=rid, attempt=1, **body))
+        client.report_now(
+            client.event(
+                "attempt", operation_id=answer.operation_id, request_id=rid, attempt=1, **body
+            )
+        )
 
     def decide_when_waiting(self, decision: str, reason: str = "") -> None:
         """While the agent waits, the operator decides on the newest call waiting for a human."""
@@ -401,8 +603,13 @@ class Fleet:
         from callgate.services import call_apply_decision, call_approval_expired
 
         def act() -> None:
-            call = ToolCall.objects.filter(project__slug=PROJECT_SLUG, state__in=["pending_approval", "in_review"]) \
-                .order_by("-created_at", "-pk").first()
+            call = (
+                ToolCall.objects.filter(
+                    project__slug=PROJECT_SLUG, state__in=["pending_approval", "in_review"]
+                )
+                .order_by("-created_at", "-pk")
+                .first()
+            )
             if call is None:
                 return
             if decision == "expire":
@@ -427,14 +634,25 @@ class Fleet:
 
     # --- episodes: one per reason (at least), then a realistic mix
     def ep_ok(self):
-        tool = self.rng.choice(["get_weather", "create_follow_up", "lookup_ticket", "search_products"])
+        tool = self.rng.choice(
+            ["get_weather", "create_follow_up", "lookup_ticket", "search_products"]
+        )
         if tool == "get_weather":
             return self.run("shop-bot", tool, {"city": self.rng.choice(CITIES)}, self.weather)
         if tool == "search_products":
-            return self.run("shop-bot", tool, {"query": self.rng.choice(QUERIES),
-                                               "num_results": self.rng.randint(1, 5)}, self.search)
+            return self.run(
+                "shop-bot",
+                tool,
+                {"query": self.rng.choice(QUERIES), "num_results": self.rng.randint(1, 5)},
+                self.search,
+            )
         if tool == "lookup_ticket":
-            return self.run("support-bot", tool, {"ticket_id": self.rng.choice(["T-1", "T-2"])}, self.lookup_ticket)
+            return self.run(
+                "support-bot",
+                tool,
+                {"ticket_id": self.rng.choice(["T-1", "T-2"])},
+                self.lookup_ticket,
+            )
         return self.run("support-bot", tool, self.follow_up_args(), self.follow_up)
 
     def ep_empty_result(self):
@@ -445,76 +663,143 @@ class Fleet:
         client = self.agent("shop-bot")
         rid, _ = self.ids()
         return SelfCorrector(client, model, max_reasks=3).run(
-            "plain", {"text": "Sure! Let me check the weather in Oslo for you."}, self.weather, request_id=rid)
+            "plain",
+            {"text": "Sure! Let me check the weather in Oslo for you."},
+            self.weather,
+            request_id=rid,
+        )
 
     def ep_invalid_json(self):
         city = self.rng.choice(CITIES)
         model = ScriptedModel(("openai", as_openai("get_weather", {"city": city}, "call_fix")))
-        return self.run("shop-bot", "get_weather", f'{{"city": "{city}",}}', self.weather, model=model, fmt="openai")
+        return self.run(
+            "shop-bot",
+            "get_weather",
+            f'{{"city": "{city}",}}',
+            self.weather,
+            model=model,
+            fmt="openai",
+        )
 
     def ep_missing_required(self):
         args = self.follow_up_args()
         broken = {k: v for k, v in args.items() if k != "due_at"}
         model = ScriptedModel(("anthropic", as_anthropic("create_follow_up", args, "toolu_fix")))
-        return self.run("support-bot", "create_follow_up", broken, self.follow_up, model=model, fmt="anthropic")
+        return self.run(
+            "support-bot", "create_follow_up", broken, self.follow_up, model=model, fmt="anthropic"
+        )
 
     def ep_type_mismatch(self):
         query = self.rng.choice(QUERIES)
-        model = ScriptedModel(("openai", as_openai("search_products", {"query": query, "num_results": 5}, "c")))
-        return self.run("shop-bot", "search_products", {"query": query, "num_results": "5"}, self.search,
-                        model=model, fmt="openai")
+        model = ScriptedModel(
+            ("openai", as_openai("search_products", {"query": query, "num_results": 5}, "c"))
+        )
+        return self.run(
+            "shop-bot",
+            "search_products",
+            {"query": query, "num_results": "5"},
+            self.search,
+            model=model,
+            fmt="openai",
+        )
 
     def ep_enum_violation(self):
         city = self.rng.choice(CITIES)
-        model = ScriptedModel(("openai", as_openai("get_weather", {"city": city, "unit": "celsius"}, "c")))
-        return self.run("shop-bot", "get_weather", {"city": city, "unit": "kelvin"}, self.weather, model=model,
-                        fmt="openai")
+        model = ScriptedModel(
+            ("openai", as_openai("get_weather", {"city": city, "unit": "celsius"}, "c"))
+        )
+        return self.run(
+            "shop-bot",
+            "get_weather",
+            {"city": city, "unit": "kelvin"},
+            self.weather,
+            model=model,
+            fmt="openai",
+        )
 
     def ep_constraint_violation(self):
         args = self.follow_up_args()
         bad = self.rng.choice(["next tuesday", "2026-02-30T09:00:00Z", "12/01/2026", "2026-12-01"])
         model = ScriptedModel(("openai", as_openai("create_follow_up", args, "c")))
-        return self.run("support-bot", "create_follow_up", {**args, "due_at": bad}, self.follow_up, model=model,
-                        fmt="openai")
+        return self.run(
+            "support-bot",
+            "create_follow_up",
+            {**args, "due_at": bad},
+            self.follow_up,
+            model=model,
+            fmt="openai",
+        )
 
     def ep_unknown_tool(self):
         args = self.follow_up_args()
         model = ScriptedModel(("openai", as_openai("create_follow_up", args, "c")))
-        return self.run("support-bot", "send_email", {"to": "customer@example.test", "body": "We are on it"},
-                        self.follow_up, model=model, fmt="openai")
+        return self.run(
+            "support-bot",
+            "send_email",
+            {"to": "customer@example.test", "body": "We are on it"},
+            self.follow_up,
+            model=model,
+            fmt="openai",
+        )
 
     def ep_unknown_argument(self):
         args = self.follow_up_args()
         model = ScriptedModel(("openai", as_openai("create_follow_up", args, "c")))
-        return self.run("support-bot", "create_follow_up", {**args, "priority": "high"}, self.follow_up,
-                        model=model, fmt="openai")
+        return self.run(
+            "support-bot",
+            "create_follow_up",
+            {**args, "priority": "high"},
+            self.follow_up,
+            model=model,
+            fmt="openai",
+        )
 
     def ep_reask_exhausted(self):
-        model = ScriptedModel(*[("openai", as_openai("get_weather", {"city": "Paris", "unit": u}, "c"))
-                                for u in ("Kelvin", "K", "kelvins", "rankine")])
-        return self.run("shop-bot", "get_weather", {"city": "Paris", "unit": "kelvin"}, self.weather, model=model,
-                        fmt="openai")
+        model = ScriptedModel(
+            *[
+                ("openai", as_openai("get_weather", {"city": "Paris", "unit": u}, "c"))
+                for u in ("Kelvin", "K", "kelvins", "rankine")
+            ]
+        )
+        return self.run(
+            "shop-bot",
+            "get_weather",
+            {"city": "Paris", "unit": "kelvin"},
+            self.weather,
+            model=model,
+            fmt="openai",
+        )
 
     def ep_reference_not_found(self):
-        return self.run("support-bot", "create_follow_up", self.follow_up_args(ticket_id="T-4"), self.follow_up)
+        return self.run(
+            "support-bot", "create_follow_up", self.follow_up_args(ticket_id="T-4"), self.follow_up
+        )
 
     def ep_permission_denied(self):
-        return self.run("support-bot", "create_follow_up", self.follow_up_args(ticket_id="T-3"), self.follow_up)
+        return self.run(
+            "support-bot", "create_follow_up", self.follow_up_args(ticket_id="T-3"), self.follow_up
+        )
 
     def ep_authentication_failed(self):
         self.sim.fail_next("unauthorized", on="read")
-        return self.run("support-bot", "lookup_ticket", {"ticket_id": "T-2"}, self.lookup_ticket, wait_limit=2)
+        return self.run(
+            "support-bot", "lookup_ticket", {"ticket_id": "T-2"}, self.lookup_ticket, wait_limit=2
+        )
 
     def ep_rate_limited(self):
         self.sim.fail_next("rate_limited")
         if self.covering or self.rng.random() < 0.5:
-            return self.attempt_once("support-bot", "create_follow_up", self.follow_up_args(), self.follow_up)
+            return self.attempt_once(
+                "support-bot", "create_follow_up", self.follow_up_args(), self.follow_up
+            )
         return self.run("support-bot", "create_follow_up", self.follow_up_args(), self.follow_up)
 
     def ep_unavailable(self):
         self.sim.fail_next(self.rng.choice(["connect_error", "unavailable"]))
         if self.covering or self.rng.random() < 0.5:
-            return self.attempt_once("support-bot", "create_follow_up", self.follow_up_args(), self.follow_up)
+            return self.attempt_once(
+                "support-bot", "create_follow_up", self.follow_up_args(), self.follow_up
+            )
         return self.run("support-bot", "create_follow_up", self.follow_up_args(), self.follow_up)
 
     def ep_circuit_open(self):
@@ -527,29 +812,56 @@ class Fleet:
         rid, cid = self.ids()
         fmt, call = self.proposal("search_products", {"query": self.rng.choice(QUERIES)}, cid)
         answer = client.check(fmt, call, request_id=rid)
-        client.report_now(client.event("attempt", operation_id=answer.operation_id, request_id=rid, attempt=1,
-                                       sent=False, outcome="circuit_open", http_status=None,
-                                       error="circuit open for search_products"))
-        self.time.sleep(client.breaker_cooldown)  # later the breaker half-opens; the next call is the trial
+        client.report_now(
+            client.event(
+                "attempt",
+                operation_id=answer.operation_id,
+                request_id=rid,
+                attempt=1,
+                sent=False,
+                outcome="circuit_open",
+                http_status=None,
+                error="circuit open for search_products",
+            )
+        )
+        self.time.sleep(
+            client.breaker_cooldown
+        )  # later the breaker half-opens; the next call is the trial
         return None
 
     def ep_read_failure(self):
         failure = ToolFailure("ReadTimeout after 10s", sent=True, outcome="timeout")
         if self.covering or self.rng.random() < 0.5:
-            return self.attempt_once("shop-bot", "get_weather", {"city": self.rng.choice(CITIES)},
-                                     self.failing(failure, then=self.weather))
-        return self.run("shop-bot", "get_weather", {"city": self.rng.choice(CITIES)},
-                        self.failing(failure, then=self.weather))
+            return self.attempt_once(
+                "shop-bot",
+                "get_weather",
+                {"city": self.rng.choice(CITIES)},
+                self.failing(failure, then=self.weather),
+            )
+        return self.run(
+            "shop-bot",
+            "get_weather",
+            {"city": self.rng.choice(CITIES)},
+            self.failing(failure, then=self.weather),
+        )
 
     def ep_outcome_unknown(self):
         # the write timed out and the target's look-up is down too: nobody can tell yet
         self.sim.fail_next("timeout_after_write")
         self.sim.fail_next("unavailable", count=5, on="lookup")
-        return self.run("support-bot", "create_follow_up", self.follow_up_args(), self.follow_up, wait_limit=2)
+        return self.run(
+            "support-bot", "create_follow_up", self.follow_up_args(), self.follow_up, wait_limit=2
+        )
 
     def ep_not_reconcilable(self):
         failure = ToolFailure("ReadTimeout", sent=True, outcome="timeout")
-        return self.run("legacy-bot", "do_stuff", {"x": "reindex", "y": "all"}, self.failing(failure), wait_limit=2)
+        return self.run(
+            "legacy-bot",
+            "do_stuff",
+            {"x": "reindex", "y": "all"},
+            self.failing(failure),
+            wait_limit=2,
+        )
 
     def ep_tool_error(self):
         def geocode(arguments, operation_id):
@@ -558,11 +870,18 @@ class Fleet:
             return self.weather(arguments, operation_id)
 
         model = ScriptedModel(("openai", as_openai("get_weather", {"city": "Paris"}, "c")))
-        return self.run("shop-bot", "get_weather", {"city": "Narnia"}, geocode, model=model, fmt="openai")
+        return self.run(
+            "shop-bot", "get_weather", {"city": "Narnia"}, geocode, model=model, fmt="openai"
+        )
 
     def ep_conflict(self):
-        return self.run("support-bot", "create_follow_up", self.follow_up_args(ticket_id="T-5"), self.follow_up,
-                        wait_limit=2)
+        return self.run(
+            "support-bot",
+            "create_follow_up",
+            self.follow_up_args(ticket_id="T-5"),
+            self.follow_up,
+            wait_limit=2,
+        )
 
     def ep_duplicate_suppressed(self):
         client = self.agent("support-bot")
@@ -574,15 +893,32 @@ class Fleet:
 
     def ep_idempotency_mismatch(self):
         op = f"{self.run_tag}-op-{self.counter}-{self.rng.randint(1000, 9999)}"
-        self.run("support-bot", "create_follow_up", self.follow_up_args(), self.follow_up, operation_id=op)
+        self.run(
+            "support-bot",
+            "create_follow_up",
+            self.follow_up_args(),
+            self.follow_up,
+            operation_id=op,
+        )
         self.stats.add("idempotency_mismatch(first)", None)
         # a buggy runtime reuses the operation ID for a different call
-        return self.run("support-bot", "create_follow_up", self.follow_up_args(), self.follow_up, operation_id=op)
+        return self.run(
+            "support-bot",
+            "create_follow_up",
+            self.follow_up_args(),
+            self.follow_up,
+            operation_id=op,
+        )
 
     def ep_retry_exhausted(self):
         failure = ToolFailure("Service Unavailable", sent=True, http_status=503)
-        return self.run("shop-bot", "get_weather", {"city": self.rng.choice(CITIES)},
-                        self.failing(failure, failure, failure, failure), wait_limit=2)
+        return self.run(
+            "shop-bot",
+            "get_weather",
+            {"city": self.rng.choice(CITIES)},
+            self.failing(failure, failure, failure, failure),
+            wait_limit=2,
+        )
 
     def ep_reconciled_applied(self):
         self.sim.fail_next("timeout_after_write")
@@ -591,52 +927,122 @@ class Fleet:
     def ep_reconciled_absent(self):
         self.sim.fail_next("timeout_no_write")
         if self.covering or self.rng.random() < 0.6:  # not idempotent: a human decides
-            return self.run("support-bot", "escalate_ticket", self.follow_up_args(note="customer is angry"),
-                            self.follow_up, wait_limit=2)
-        return self.run("support-bot", "create_follow_up", self.follow_up_args(), self.follow_up)  # retried once
+            return self.run(
+                "support-bot",
+                "escalate_ticket",
+                self.follow_up_args(note="customer is angry"),
+                self.follow_up,
+                wait_limit=2,
+            )
+        return self.run(
+            "support-bot", "create_follow_up", self.follow_up_args(), self.follow_up
+        )  # retried once
 
     def ep_reconcile_mismatch(self):
         # a buggy adapter sends another assignee than the validated arguments; the write times out
         self.sim.fail_next("timeout_after_write")
         tool = follow_up_tool(self.http, mangle=lambda a: {**a, "assignee_id": "u-0"})
-        return self.run("support-bot", "create_follow_up", self.follow_up_args(), tool, wait_limit=2)
+        return self.run(
+            "support-bot", "create_follow_up", self.follow_up_args(), tool, wait_limit=2
+        )
 
     def payout_args(self) -> dict:
-        return {"customer_id": f"C-{self.rng.randint(1, 99)}", "amount_cents": self.rng.randint(500, 50000),
-                "iban": "DE89370400440532013000"}
+        return {
+            "customer_id": f"C-{self.rng.randint(1, 99)}",
+            "amount_cents": self.rng.randint(500, 50000),
+            "iban": "DE89370400440532013000",
+        }
 
     def ep_approval_pending(self):
-        return self.run("finance-bot", "issue_payout", self.payout_args(), self.payout, wait_limit=2)
+        return self.run(
+            "finance-bot", "issue_payout", self.payout_args(), self.payout, wait_limit=2
+        )
 
     def ep_approval_rejected(self):
-        self.decide_when_waiting("reject", "Refund exceeds the order value; ask the customer for the invoice.")
-        return self.run("finance-bot", "issue_payout", self.payout_args(), self.payout, wait_limit=5)
+        self.decide_when_waiting(
+            "reject", "Refund exceeds the order value; ask the customer for the invoice."
+        )
+        return self.run(
+            "finance-bot", "issue_payout", self.payout_args(), self.payout, wait_limit=5
+        )
 
     def ep_approval_expired(self):
         self.decide_when_waiting("expire")
-        return self.run("finance-bot", "issue_payout", self.payout_args(), self.payout, wait_limit=5)
+        return self.run(
+            "finance-bot", "issue_payout", self.payout_args(), self.payout, wait_limit=5
+        )
 
     def ep_approved(self):
         self.decide_when_waiting("approve", "Checked against the order.")
-        return self.run("finance-bot", "issue_payout", self.payout_args(), self.payout, wait_limit=5)
+        return self.run(
+            "finance-bot", "issue_payout", self.payout_args(), self.payout, wait_limit=5
+        )
 
     #: every reason once, in this order
     COVERAGE = (
-        "ok", "empty_result", "malformed_call", "invalid_json", "missing_required", "type_mismatch",
-        "enum_violation", "constraint_violation", "unknown_tool", "unknown_argument", "reference_not_found",
-        "permission_denied", "authentication_failed", "rate_limited", "unavailable", "circuit_open",
-        "read_failure", "outcome_unknown", "not_reconcilable", "tool_error", "conflict", "duplicate_suppressed",
-        "idempotency_mismatch", "retry_exhausted", "reask_exhausted", "reconciled_applied", "reconciled_absent",
-        "reconcile_mismatch", "approval_pending", "approval_rejected", "approval_expired", "approved",
+        "ok",
+        "empty_result",
+        "malformed_call",
+        "invalid_json",
+        "missing_required",
+        "type_mismatch",
+        "enum_violation",
+        "constraint_violation",
+        "unknown_tool",
+        "unknown_argument",
+        "reference_not_found",
+        "permission_denied",
+        "authentication_failed",
+        "rate_limited",
+        "unavailable",
+        "circuit_open",
+        "read_failure",
+        "outcome_unknown",
+        "not_reconcilable",
+        "tool_error",
+        "conflict",
+        "duplicate_suppressed",
+        "idempotency_mismatch",
+        "retry_exhausted",
+        "reask_exhausted",
+        "reconciled_applied",
+        "reconciled_absent",
+        "reconcile_mismatch",
+        "approval_pending",
+        "approval_rejected",
+        "approval_expired",
+        "approved",
     )
     #: the realistic mix after that: mostly fine calls, some mistakes and failures
     MIX = {
-        "ok": 40, "empty_result": 4, "invalid_json": 3, "missing_required": 3, "type_mismatch": 4,
-        "enum_violation": 2, "constraint_violation": 5, "unknown_tool": 2, "unknown_argument": 3,
-        "reference_not_found": 3, "permission_denied": 2, "rate_limited": 2, "unavailable": 3, "read_failure": 3,
-        "tool_error": 2, "duplicate_suppressed": 3, "reconciled_applied": 2, "reconciled_absent": 2, "conflict": 1,
-        "retry_exhausted": 1, "approval_pending": 1, "approved": 1, "approval_rejected": 1, "reask_exhausted": 1,
-        "outcome_unknown": 1, "not_reconcilable": 1, "malformed_call": 1, "reconcile_mismatch": 1,
+        "ok": 40,
+        "empty_result": 4,
+        "invalid_json": 3,
+        "missing_required": 3,
+        "type_mismatch": 4,
+        "enum_violation": 2,
+        "constraint_violation": 5,
+        "unknown_tool": 2,
+        "unknown_argument": 3,
+        "reference_not_found": 3,
+        "permission_denied": 2,
+        "rate_limited": 2,
+        "unavailable": 3,
+        "read_failure": 3,
+        "tool_error": 2,
+        "duplicate_suppressed": 3,
+        "reconciled_applied": 2,
+        "reconciled_absent": 2,
+        "conflict": 1,
+        "retry_exhausted": 1,
+        "approval_pending": 1,
+        "approved": 1,
+        "approval_rejected": 1,
+        "reask_exhausted": 1,
+        "outcome_unknown": 1,
+        "not_reconcilable": 1,
+        "malformed_call": 1,
+        "reconcile_mismatch": 1,
     }
 
     def episode(self, name: str) -> None:
@@ -655,7 +1061,7 @@ class Fleet:
         pool, weights = zip(*self.MIX.items())
         while len(names) < calls:
             names.append(self.rng.choices(pool, weights=weights)[0])
-        head, tail = names[: len(self.COVERAGE)], names[len(self.COVERAGE):]
+        head, tail = names[: len(self.COVERAGE)], names[len(self.COVERAGE) :]
         return head + tail
 
 
@@ -693,12 +1099,19 @@ def demo_setup(*, agents: int = 4) -> DemoSetup:
         passwords[username] = password
     keys = {}
     for index in range(agents):
-        name = ROLES[index % len(ROLES)] + (f"-{index // len(ROLES) + 1}" if index >= len(ROLES) else "")
+        name = ROLES[index % len(ROLES)] + (
+            f"-{index // len(ROLES) + 1}" if index >= len(ROLES) else ""
+        )
         agent = agent_get_or_create(project_slug=PROJECT_SLUG, name=name)
         keys[name] = api_key_issue(agent=agent, name="demo").plain
     User.objects.filter(username="admin").update(is_staff=True, is_superuser=True)
-    return DemoSetup(project=project, operator_password=passwords["operator"],
-                     manager_password=passwords["manager"], keys=keys, admin_password=passwords["admin"])
+    return DemoSetup(
+        project=project,
+        operator_password=passwords["operator"],
+        manager_password=passwords["manager"],
+        keys=keys,
+        admin_password=passwords["admin"],
+    )
 
 
 def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:
@@ -717,25 +1130,48 @@ def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:
     with transaction.atomic():
         for call in calls.only("pk", "created_at", "updated_at").order_by("pk"):
             shift = timedelta(seconds=rng.randint(0, days * 86400))
-            ToolCall.objects.filter(pk=call.pk).update(created_at=call.created_at - shift,
-                                                       updated_at=call.updated_at - shift)
-            for event in CallEvent.objects.filter(call_id=call.pk).only("pk", "occurred_at", "received_at"):
-                CallEvent.objects.filter(pk=event.pk).update(occurred_at=event.occurred_at - shift,
-                                                             received_at=event.received_at - shift)
+            ToolCall.objects.filter(pk=call.pk).update(
+                created_at=call.created_at - shift, updated_at=call.updated_at - shift
+            )
+            for event in CallEvent.objects.filter(call_id=call.pk).only(
+                "pk", "occurred_at", "received_at"
+            ):
+                CallEvent.objects.filter(pk=event.pk).update(
+                    occurred_at=event.occurred_at - shift, received_at=event.received_at - shift
+                )
     rollups_rebuild(project_id=project.pk)
 
 
-def _fleet(*, setup: DemoSetup, sim: SimulatorService, rng, base_url: str, public_url: str, run_tag: str,
-           **client_options: Any) -> "Fleet":
+def _fleet(
+    *,
+    setup: DemoSetup,
+    sim: SimulatorService,
+    rng,
+    base_url: str,
+    public_url: str,
+    run_tag: str,
+    **client_options: Any,
+) -> "Fleet":
     """A fleet of SDK clients (one per demo agent, in-process, on virtual time) with the demo's
     contracts registered; look-up URLs point at the simulator under ``public_url``."""
     from django.contrib.auth import get_user_model
 
     time_ = VirtualTime()
     transport = callgate_transport()
-    clients = {name: CallgateClient(base_url, key, transport=transport, flush_interval=None, execute_timeout=None,
-                                    sleep=time_.sleep, clock=time_.clock, wait_limit=30, **client_options)
-               for name, key in setup.keys.items()}
+    clients = {
+        name: CallgateClient(
+            base_url,
+            key,
+            transport=transport,
+            flush_interval=None,
+            execute_timeout=None,
+            sleep=time_.sleep,
+            clock=time_.clock,
+            wait_limit=30,
+            **client_options,
+        )
+        for name, key in setup.keys.items()
+    }
     specs = contracts(f"{public_url.rstrip('/')}{SIMULATOR_PATH}")
     for client in clients.values():
         for name, spec in specs.items():
@@ -744,10 +1180,17 @@ def _fleet(*, setup: DemoSetup, sim: SimulatorService, rng, base_url: str, publi
     return Fleet(clients=clients, sim=sim, rng=rng, time_=time_, operator=operator, run_tag=run_tag)
 
 
-def demo_run(*, seed: int = 1, agents: int = 4, calls: int = 60, base_url: str = "http://localhost",
-             public_url: str = "http://127.0.0.1:8000", spread_days: int = 7,
-             progress: Callable[[int, int, str], None] | None = None,
-             sim: SimulatorService | None = None) -> tuple[DemoSetup, FleetStats]:
+def demo_run(
+    *,
+    seed: int = 1,
+    agents: int = 4,
+    calls: int = 60,
+    base_url: str = "http://localhost",
+    public_url: str = "http://127.0.0.1:8000",
+    spread_days: int = 7,
+    progress: Callable[[int, int, str], None] | None = None,
+    sim: SimulatorService | None = None,
+) -> tuple[DemoSetup, FleetStats]:
     """Set up the demo and run ``calls`` scripted calls (at least one per reason) with
     ``agents`` agents, in-process, against ``sim`` (default: the process-wide demo simulator).
     Returns the set-up (passwords, keys) and the statistics."""
@@ -760,9 +1203,17 @@ def demo_run(*, seed: int = 1, agents: int = 4, calls: int = 60, base_url: str =
     setup = demo_setup(agents=agents)
     started = timezone.now()
     sim = sim or default_service()
-    fleet = _fleet(setup=setup, sim=sim, rng=rng, base_url=base_url, public_url=public_url,
-                   run_tag=f"s{seed}-{uuid.uuid4().hex[:6]}", poll_interval=1, breaker_threshold=3,
-                   breaker_cooldown=30)
+    fleet = _fleet(
+        setup=setup,
+        sim=sim,
+        rng=rng,
+        base_url=base_url,
+        public_url=public_url,
+        run_tag=f"s{seed}-{uuid.uuid4().hex[:6]}",
+        poll_interval=1,
+        breaker_threshold=3,
+        breaker_cooldown=30,
+    )
     clients = fleet.clients
     plan = fleet.plan(max(calls, len(Fleet.COVERAGE)))
     with reconcile_through(sim):
@@ -778,9 +1229,16 @@ def demo_run(*, seed: int = 1, agents: int = 4, calls: int = 60, base_url: str =
     return setup, fleet.stats
 
 
-def demo_trickle(*, setup: DemoSetup | None = None, interval: float = 5.0, agents: int = 4,
-                 base_url: str = "http://localhost", public_url: str = "http://127.0.0.1:8000",
-                 stop: threading.Event | None = None, on_call: Callable[[str], None] | None = None) -> None:
+def demo_trickle(
+    *,
+    setup: DemoSetup | None = None,
+    interval: float = 5.0,
+    agents: int = 4,
+    base_url: str = "http://localhost",
+    public_url: str = "http://127.0.0.1:8000",
+    stop: threading.Event | None = None,
+    on_call: Callable[[str], None] | None = None,
+) -> None:
     """Keep a slow trickle of calls going (one every ``interval`` seconds, real time) until
     ``stop`` is set or the process is interrupted. ``setup`` is ``demo_run``'s (its keys are
     reused, the printed passwords stay valid); without it the demo is set up afresh."""
@@ -790,8 +1248,14 @@ def demo_trickle(*, setup: DemoSetup | None = None, interval: float = 5.0, agent
     rng = random.Random()
     setup = setup or demo_setup(agents=agents)
     sim = default_service()
-    fleet = _fleet(setup=setup, sim=sim, rng=rng, base_url=base_url, public_url=public_url,
-                   run_tag=f"t-{uuid.uuid4().hex[:6]}")
+    fleet = _fleet(
+        setup=setup,
+        sim=sim,
+        rng=rng,
+        base_url=base_url,
+        public_url=public_url,
+        run_tag=f"t-{uuid.uuid4().hex[:6]}",
+    )
     clients = fleet.clients
     pool, weights = zip(*Fleet.MIX.items())
     with reconcile_through(sim):

@@ -14,6 +14,7 @@ pure) and moved through the transition table (``callgate.lifecycle``), then all 
 written with bulk operations. Review items are opened and settled in bulk; reconciliation
 tasks are enqueued on commit, never before.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,22 +38,51 @@ from django.utils import timezone
 from callgate import classification as cls
 from callgate import lifecycle
 from callgate.models import (
-    Agent, AgentTool, CallEvent, InboxEvent, Project, RequestBudget, ToolCall, ToolContract,
+    Agent,
+    AgentTool,
+    CallEvent,
+    InboxEvent,
+    Project,
+    RequestBudget,
+    ToolCall,
+    ToolContract,
 )
 from callgate.providers import normalise
 from callgate.schemas import (
-    EVENT_ADAPTER, ApprovalExpiredEvent, AttemptEvent, DecisionEvent, DeniedEvent, ProposedEvent, ReceiptEvent,
-    MAX_CLOCK_SKEW, ReconciledEvent,
+    EVENT_ADAPTER,
+    ApprovalExpiredEvent,
+    AttemptEvent,
+    DecisionEvent,
+    DeniedEvent,
+    ProposedEvent,
+    ReceiptEvent,
+    MAX_CLOCK_SKEW,
+    ReconciledEvent,
 )
 from callgate.taxonomy import REASK_REASONS, Reason, Route
 
 REDACTED = "•••"
 #: Keys whose values are always redacted, whatever the contract says (compared lower-case,
 #: ignoring "-" and "_").
-OBVIOUS_SECRETS = frozenset({
-    "password", "passwd", "secret", "apikey", "token", "accesstoken", "refreshtoken", "authorization",
-    "clientsecret", "privatekey", "sessionid", "cookie", "creditcard", "cardnumber", "cvv",
-})
+OBVIOUS_SECRETS = frozenset(
+    {
+        "password",
+        "passwd",
+        "secret",
+        "apikey",
+        "token",
+        "accesstoken",
+        "refreshtoken",
+        "authorization",
+        "clientsecret",
+        "privatekey",
+        "sessionid",
+        "cookie",
+        "creditcard",
+        "cardnumber",
+        "cvv",
+    }
+)
 S = ToolCall.State
 logger = logging.getLogger(__name__)
 
@@ -73,11 +103,19 @@ def canonical_json(value: Any) -> bytes:
     except rfc8785.IntegerDomainError:
         try:
             return rfc8785.dumps(_as_doubles(value))
-        except (rfc8785.CanonicalizationError, OverflowError, TypeError, ValueError, RecursionError):
+        except (
+            rfc8785.CanonicalizationError,
+            OverflowError,
+            TypeError,
+            ValueError,
+            RecursionError,
+        ):
             pass
     except (rfc8785.CanonicalizationError, TypeError, ValueError, RecursionError):
         pass
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    ).encode()
 
 
 def _as_doubles(value: Any) -> Any:
@@ -97,8 +135,14 @@ def arguments_digest(arguments: Any) -> str:
     return hashlib.sha256(canonical_json(arguments)).hexdigest()
 
 
-def derive_operation_id(*, request_id: str, tool: str, arguments: Any = None, raw_arguments: str | None = None,
-                        canonical: bytes | None = None) -> str:
+def derive_operation_id(
+    *,
+    request_id: str,
+    tool: str,
+    arguments: Any = None,
+    raw_arguments: str | None = None,
+    canonical: bytes | None = None,
+) -> str:
     """``op_`` + 32 hex of SHA-256 over request ID, tool name and the RFC 8785 canonical
     arguments (the raw string when they do not parse; ``canonical`` when the caller has
     the canonical bytes already). Key order and whitespace never change it; model text
@@ -142,33 +186,54 @@ def retry_after(contract: ToolContract | None, attempts: int) -> float:
     if contract is None:
         return 1.0
     exponent = min(max(attempts - 1, 0), 64)  # past that the maximum interval caps it anyway
-    cap = min(contract.retry_maximum_interval,
-              contract.retry_initial_interval * contract.retry_backoff_coefficient ** exponent)
+    cap = min(
+        contract.retry_maximum_interval,
+        contract.retry_initial_interval * contract.retry_backoff_coefficient**exponent,
+    )
     return round(random.uniform(0, cap), 3)
 
 
 def contract_view(contract: ToolContract) -> cls.Contract:
     return cls.Contract(
-        name=contract.name, parameters=contract.parameters, effect=contract.effect, idempotent=contract.idempotent,
-        reconcilable=contract.reconcilable, max_attempts=contract.max_attempts, max_reasks=contract.max_reasks,
-        requires_approval=contract.requires_approval, description=contract.description,
+        name=contract.name,
+        parameters=contract.parameters,
+        effect=contract.effect,
+        idempotent=contract.idempotent,
+        reconcilable=contract.reconcilable,
+        max_attempts=contract.max_attempts,
+        max_reasks=contract.max_reasks,
+        requires_approval=contract.requires_approval,
+        description=contract.description,
     )
 
 
 VERDICT_FOR_ROUTE = {
-    Route.PROCEED: "allow", Route.REASK: "reask", Route.DENY: "deny", Route.RETRY: "retry",
-    Route.RECONCILE: "reconcile", Route.RETURN_RECEIPT: "return_receipt", Route.REVIEW: "review", Route.STOP: "stop",
+    Route.PROCEED: "allow",
+    Route.REASK: "reask",
+    Route.DENY: "deny",
+    Route.RETRY: "retry",
+    Route.RECONCILE: "reconcile",
+    Route.RETURN_RECEIPT: "return_receipt",
+    Route.REVIEW: "review",
+    Route.STOP: "stop",
 }
 
 
 def call_answer(call: ToolCall, *, contract: ToolContract | None = None) -> dict:
     """The ``CallAnswer`` shape the API returns for a call (see ``callgate.api``)."""
     contract = contract or call.contract
-    verdict = "pending_approval" if call.state == S.PENDING_APPROVAL else VERDICT_FOR_ROUTE.get(call.route, "allow")
+    verdict = (
+        "pending_approval"
+        if call.state == S.PENDING_APPROVAL
+        else VERDICT_FOR_ROUTE.get(call.route, "allow")
+    )
     decision = None
     if call.decision:
-        decision = {"decision": call.decision, "reason": call.decision_reason,
-                    "decided_at": call.decided_at.isoformat() if call.decided_at else None}
+        decision = {
+            "decision": call.decision,
+            "reason": call.decision_reason,
+            "decided_at": call.decided_at.isoformat() if call.decided_at else None,
+        }
     return {
         "operation_id": call.operation_id,
         "verdict": verdict,
@@ -243,16 +308,23 @@ class _Batch:
 
     def load(self, events: list[Any]) -> set[str]:
         seen = set(
-            str(e) for e in CallEvent.objects.filter(
+            str(e)
+            for e in CallEvent.objects.filter(
                 project=self.project, event_id__in=[e.event_id for e in events]
             ).values_list("event_id", flat=True)
         )
         contracts: dict[str, ToolContract] = {}
-        for contract in ToolContract.objects.filter(project=self.project).order_by("name", "-version"):
+        for contract in ToolContract.objects.filter(project=self.project).order_by(
+            "name", "-version"
+        ):
             contracts.setdefault(contract.name, contract)
         self.contracts = contracts
         registered = set(AgentTool.objects.filter(agent=self.agent).values_list("name", flat=True))
-        self.tools = {name: c for name, c in contracts.items() if name in registered} if registered else contracts
+        self.tools = (
+            {name: c for name, c in contracts.items() if name in registered}
+            if registered
+            else contracts
+        )
         self.tool_views = {name: contract_view(c) for name, c in self.tools.items()}
 
         op_ids, pairs, budget_keys = set(), set(), set()
@@ -273,14 +345,22 @@ class _Batch:
         if pairs:
             query |= Q(request_id__in={r for r, _ in pairs}, call_id__in={c for _, c in pairs})
         if op_ids or pairs:
-            rows = (ToolCall.objects.select_for_update(of=("self",)).select_related("contract")
-                    .filter(query, project=self.project))
+            rows = (
+                ToolCall.objects.select_for_update(of=("self",))
+                .select_related("contract")
+                .filter(query, project=self.project)
+            )
             for call in rows:
                 if call.operation_id in op_ids or (call.request_id, call.call_id) in pairs:
                     self._remember(call)
-        if budget_keys:  # two IN lists, pairs re-checked here (an OR per pair is too deep for SQLite)
-            rows = RequestBudget.objects.filter(project=self.project, request_id__in={r for r, _ in budget_keys},
-                                                tool_name__in={t for _, t in budget_keys})
+        if (
+            budget_keys
+        ):  # two IN lists, pairs re-checked here (an OR per pair is too deep for SQLite)
+            rows = RequestBudget.objects.filter(
+                project=self.project,
+                request_id__in={r for r, _ in budget_keys},
+                tool_name__in={t for _, t in budget_keys},
+            )
             for row in rows:
                 if (row.request_id, row.tool_name) in budget_keys:
                     self.budget_rows[(row.request_id, row.tool_name)] = row
@@ -299,8 +379,12 @@ class _Batch:
             operation_id = event.operation_id
         elif event.request_id and proposal.tool:
             operation_id = derive_operation_id(
-                request_id=event.request_id, tool=proposal.tool, canonical=canonical,
-                raw_arguments=None if canonical is not None else (proposal.raw_arguments or repr(proposal.arguments)),
+                request_id=event.request_id,
+                tool=proposal.tool,
+                canonical=canonical,
+                raw_arguments=None
+                if canonical is not None
+                else (proposal.raw_arguments or repr(proposal.arguments)),
             )
         else:
             operation_id = f"op_{uuid.uuid4().hex}"
@@ -322,30 +406,59 @@ class _Batch:
         executed = call.attempts > 0
         if isinstance(event, AttemptEvent):
             if contract is None:
-                raise Rejected("type", "this call was refused at the gate; it has no contract to execute")
+                raise Rejected(
+                    "type", "this call was refused at the gate; it has no contract to execute"
+                )
             attempts = max(call.attempts + 1, event.attempt or 0)
-            attempt = cls.Attempt(sent=event.sent, outcome=event.outcome, http_status=event.http_status,
-                                  error=event.error, result=event.result, result_count=event.result_count,
-                                  result_format=event.result_format)
-            result = cls.classify_attempt(attempt, contract=contract_view(contract), attempts_used=attempts,
-                                          deadline_passed=bool(call.deadline and event.occurred_at > call.deadline),
-                                          operation_id=call.operation_id)
+            attempt = cls.Attempt(
+                sent=event.sent,
+                outcome=event.outcome,
+                http_status=event.http_status,
+                error=event.error,
+                result=event.result,
+                result_count=event.result_count,
+                result_format=event.result_format,
+            )
+            result = cls.classify_attempt(
+                attempt,
+                contract=contract_view(contract),
+                attempts_used=attempts,
+                deadline_passed=bool(call.deadline and event.occurred_at > call.deadline),
+                operation_id=call.operation_id,
+            )
             call.attempts = attempts
             executed = True
-            if call.state == S.SUCCEEDED:  # a late or out-of-order attempt: recorded, changes nothing
+            if (
+                call.state == S.SUCCEEDED
+            ):  # a late or out-of-order attempt: recorded, changes nothing
                 return self._record(call, event, result, state_before, change=False)
             if result.route == Route.PROCEED:
-                call.receipt, call.receipt_at = redact(event.result, contract.sensitive_fields), self.now
+                call.receipt, call.receipt_at = (
+                    redact(event.result, contract.sensitive_fields),
+                    self.now,
+                )
         elif isinstance(event, ReconciledEvent):
             if contract is None:
-                raise Rejected("type", "this call was refused at the gate; there is nothing to reconcile")
+                raise Rejected(
+                    "type", "this call was refused at the gate; there is nothing to reconcile"
+                )
             result = cls.classify_reconciled(
-                found=event.found, matches=event.matches, contract=contract_view(contract),
-                attempts_used=call.attempts, deadline_passed=bool(call.deadline and self.now > call.deadline))
-            if call.state == S.SUCCEEDED or (call.state == S.FAILED and result.reason != Reason.RECONCILED_APPLIED):
+                found=event.found,
+                matches=event.matches,
+                contract=contract_view(contract),
+                attempts_used=call.attempts,
+                deadline_passed=bool(call.deadline and self.now > call.deadline),
+            )
+            if call.state == S.SUCCEEDED or (
+                call.state == S.FAILED and result.reason != Reason.RECONCILED_APPLIED
+            ):
                 return self._record(call, event, result, state_before, change=False)
             if result.reason == Reason.RECONCILED_APPLIED:
-                call.receipt = event.receipt if event.receipt is not None else call.receipt or {"reconciled": True}
+                call.receipt = (
+                    event.receipt
+                    if event.receipt is not None
+                    else call.receipt or {"reconciled": True}
+                )
                 call.receipt_at = self.now
         elif isinstance(event, ReceiptEvent):
             result = cls.classify_receipt(contract_name=name)
@@ -355,10 +468,18 @@ class _Batch:
         elif isinstance(event, DeniedEvent):
             result = cls.classify_denied(contract_name=name)
         elif isinstance(event, DecisionEvent):
-            result = cls.classify_decision(decision=event.decision, reason=event.reason, contract_name=name,
-                                           current=Reason(call.reason) if call.reason else None,
-                                           idempotent=bool(contract and contract.idempotent))
-            call.decision, call.decision_reason, call.decided_at = event.decision, event.reason, self.now
+            result = cls.classify_decision(
+                decision=event.decision,
+                reason=event.reason,
+                contract_name=name,
+                current=Reason(call.reason) if call.reason else None,
+                idempotent=bool(contract and contract.idempotent),
+            )
+            call.decision, call.decision_reason, call.decided_at = (
+                event.decision,
+                event.reason,
+                self.now,
+            )
             call.decided_by = self.user
             if event.decision == "mark_applied":
                 call.receipt = call.receipt or {"marked_applied": True}
@@ -375,14 +496,22 @@ class _Batch:
         if event.operation_id:
             call = self.calls.get(event.operation_id)
             if call is None:
-                raise Rejected("operation_id", f"no call with operation_id {event.operation_id!r} in this project")
+                raise Rejected(
+                    "operation_id",
+                    f"no call with operation_id {event.operation_id!r} in this project",
+                )
             return call
         if event.request_id and event.call_id:
             call = self.by_call_id.get((event.request_id, event.call_id))
             if call is None:
-                raise Rejected("call_id", f"no call with call_id {event.call_id!r} in request {event.request_id!r}")
+                raise Rejected(
+                    "call_id",
+                    f"no call with call_id {event.call_id!r} in request {event.request_id!r}",
+                )
             return call
-        raise Rejected("operation_id", "name the call: give operation_id, or call_id together with request_id")
+        raise Rejected(
+            "operation_id", "name the call: give operation_id, or call_id together with request_id"
+        )
 
     def _proposed(self, event: ProposedEvent, prepared: _Prepared) -> ToolCall:
         proposal = prepared.proposal
@@ -390,33 +519,56 @@ class _Batch:
         state_before = call.state if call else None
         lifecycle.check(state_before, "proposed")
         contract = self.tools.get(proposal.tool or "")
-        if call is not None and call.state in (S.RECONCILING, S.IN_REVIEW, S.PENDING_APPROVAL) \
-                and call.arguments_digest == prepared.digest:
+        if (
+            call is not None
+            and call.state in (S.RECONCILING, S.IN_REVIEW, S.PENDING_APPROVAL)
+            and call.arguments_digest == prepared.digest
+        ):
             # Already being handled (outcome unknown, or a human decides): answer where it
             # stands. Never a second execution while the outcome of the first is unknown.
-            current = cls.Verdict(reason=Reason(call.reason) if call.reason else None,
-                                  route=Route(call.route or Route.PROCEED), observation=call.observation)
+            current = cls.Verdict(
+                reason=Reason(call.reason) if call.reason else None,
+                route=Route(call.route or Route.PROCEED),
+                observation=call.observation,
+            )
             return self._record(call, event, current, state_before, change=False)
-        budget_key = (event.request_id, proposal.tool) if event.request_id and proposal.tool else None
+        budget_key = (
+            (event.request_id, proposal.tool) if event.request_id and proposal.tool else None
+        )
         existing = None
         if call is not None and call.state != S.REJECTED:
-            existing = cls.Existing(arguments_digest=call.arguments_digest, has_receipt=call.state == S.SUCCEEDED)
+            existing = cls.Existing(
+                arguments_digest=call.arguments_digest, has_receipt=call.state == S.SUCCEEDED
+            )
         result = cls.classify_proposal(
-            proposal, tools=self.tool_views, existing=existing,
-            arguments_digest=prepared.digest, reasks_used=self._reasks_used(budget_key),
+            proposal,
+            tools=self.tool_views,
+            existing=existing,
+            arguments_digest=prepared.digest,
+            reasks_used=self._reasks_used(budget_key),
         )
         if budget_key and result.reason in REASK_REASONS:
             self.budgets[budget_key] = self._reasks_used(budget_key) + 1
         if call is None:
             call = ToolCall(
-                project=self.project, agent=self.agent, operation_id=prepared.operation_id,
-                request_id=event.request_id or "", conversation_id=event.conversation_id or "",
-                trace_id=event.trace_id or "", call_id=event.call_id or proposal.call_id or "",
-                actor=event.actor or "", provider_format=event.format, tool_name=(proposal.tool or "")[:128],
-                contract=contract, created_at=self.now, state=S.ALLOWED,
+                project=self.project,
+                agent=self.agent,
+                operation_id=prepared.operation_id,
+                request_id=event.request_id or "",
+                conversation_id=event.conversation_id or "",
+                trace_id=event.trace_id or "",
+                call_id=event.call_id or proposal.call_id or "",
+                actor=event.actor or "",
+                provider_format=event.format,
+                tool_name=(proposal.tool or "")[:128],
+                contract=contract,
+                created_at=self.now,
+                state=S.ALLOWED,
             )
             if proposal.arguments_ok:
-                call.arguments = redact(proposal.arguments, contract.sensitive_fields if contract else ())
+                call.arguments = redact(
+                    proposal.arguments, contract.sensitive_fields if contract else ()
+                )
                 call.arguments_digest = prepared.digest
             if contract and contract.deadline_seconds:
                 call.deadline = event.occurred_at + timedelta(seconds=contract.deadline_seconds)
@@ -427,23 +579,38 @@ class _Batch:
             call.duplicates_suppressed += 1
         elif call.state in (S.REJECTED, S.FAILED) and proposal.arguments_ok:
             call.contract = contract or call.contract
-            call.arguments = redact(proposal.arguments, contract.sensitive_fields if contract else ())
+            call.arguments = redact(
+                proposal.arguments, contract.sensitive_fields if contract else ()
+            )
             call.arguments_digest = prepared.digest
         if result.reason == Reason.APPROVAL_PENDING and contract is not None:
-            call.approval_expires_at = self.now + timedelta(seconds=contract.approval_timeout_seconds)
-        new_state = lifecycle.next_state(state_before, "proposed", result, executed=call.attempts > 0)
+            call.approval_expires_at = self.now + timedelta(
+                seconds=contract.approval_timeout_seconds
+            )
+        new_state = lifecycle.next_state(
+            state_before, "proposed", result, executed=call.attempts > 0
+        )
         self._set(call, result, new_state)
-        return self._record(call, event, result, state_before, body=self._proposal_body(event, proposal, contract))
+        return self._record(
+            call, event, result, state_before, body=self._proposal_body(event, proposal, contract)
+        )
 
-    def _proposal_body(self, event: ProposedEvent, proposal: Any, contract: ToolContract | None) -> dict:
+    def _proposal_body(
+        self, event: ProposedEvent, proposal: Any, contract: ToolContract | None
+    ) -> dict:
         """The stored body of a proposal: the provider's call with its arguments redacted."""
         sensitive = contract.sensitive_fields if contract else ()
         body = {"format": event.format, "call": redact(event.call, sensitive)}
         if proposal.arguments_ok:
             body["arguments"] = redact(proposal.arguments, sensitive)
-            if proposal.raw_arguments is not None:  # the JSON string inside the call may hold secrets
-                body["call"] = json.loads(json.dumps(body["call"]).replace(
-                    json.dumps(proposal.raw_arguments)[1:-1], "<see arguments>"))
+            if (
+                proposal.raw_arguments is not None
+            ):  # the JSON string inside the call may hold secrets
+                body["call"] = json.loads(
+                    json.dumps(body["call"]).replace(
+                        json.dumps(proposal.raw_arguments)[1:-1], "<see arguments>"
+                    )
+                )
         elif proposal.raw_arguments is not None:
             body["raw_arguments"] = proposal.raw_arguments[:2000]
         if proposal.malformed:
@@ -477,25 +644,61 @@ class _Batch:
             # left to settle); any other decision or later event closes it here.
             self.to_review.pop(key, None)
             self.to_settle[key] = f"settled by a later event: {call.reason or 'allowed'}"
-        if new_state == S.RECONCILING and call.contract and call.contract.reconcile_method == ToolContract.ReconcileMethod.HTTP:
+        if (
+            new_state == S.RECONCILING
+            and call.contract
+            and call.contract.reconcile_method == ToolContract.ReconcileMethod.HTTP
+        ):
             call.reconcile_requested_at = self.now
             self.to_reconcile.add(key)
 
-    def _record(self, call: ToolCall, event: Any, result: cls.Verdict, state_before: str | None, *,
-                change: bool = True, body: dict | None = None) -> ToolCall:
+    def _record(
+        self,
+        call: ToolCall,
+        event: Any,
+        result: cls.Verdict,
+        state_before: str | None,
+        *,
+        change: bool = True,
+        body: dict | None = None,
+    ) -> ToolCall:
         if change or call.operation_id not in self.new_ids:
             self.changed.add(call.operation_id)
         if body is None:
-            body = event.model_dump(mode="json", exclude={"event_id", "occurred_at", "operation_id", "call_id",
-                                                          "request_id", "conversation_id", "trace_id", "actor"})
+            body = event.model_dump(
+                mode="json",
+                exclude={
+                    "event_id",
+                    "occurred_at",
+                    "operation_id",
+                    "call_id",
+                    "request_id",
+                    "conversation_id",
+                    "trace_id",
+                    "actor",
+                },
+            )
             body = redact(body, call.contract.sensitive_fields if call.contract else ())
-        self.events.append((call, CallEvent(
-            project=self.project, event_id=event.event_id, kind=event.type, source=self.source, body=body,
-            occurred_at=event.occurred_at, received_at=self.now,
-            reason=result.reason.value if result.reason else "", category=result.category.value if result.category else "",
-            route=result.route.value, observation=result.observation,
-            state_before=state_before or "", state_after=call.state,
-        )))
+        self.events.append(
+            (
+                call,
+                CallEvent(
+                    project=self.project,
+                    event_id=event.event_id,
+                    kind=event.type,
+                    source=self.source,
+                    body=body,
+                    occurred_at=event.occurred_at,
+                    received_at=self.now,
+                    reason=result.reason.value if result.reason else "",
+                    category=result.category.value if result.category else "",
+                    route=result.route.value,
+                    observation=result.observation,
+                    state_before=state_before or "",
+                    state_after=call.state,
+                ),
+            )
+        )
         return call
 
     # saving: bulk operations ------------------------------------------------------------
@@ -515,26 +718,50 @@ class _Batch:
             CallEvent.objects.bulk_create(rows)
         if self.budgets:
             RequestBudget.objects.bulk_create(
-                [RequestBudget(project=self.project, request_id=r, tool_name=t, reasks_used=n)
-                 for (r, t), n in self.budgets.items()],
-                update_conflicts=True, unique_fields=["project", "request_id", "tool_name"], update_fields=["reasks_used"],
+                [
+                    RequestBudget(project=self.project, request_id=r, tool_name=t, reasks_used=n)
+                    for (r, t), n in self.budgets.items()
+                ],
+                update_conflicts=True,
+                unique_fields=["project", "request_id", "tool_name"],
+                update_fields=["reasks_used"],
             )
         from reviews import services as review_services
 
         if self.to_settle:
             review_services.review_items_settle_bulk(
-                calls=[self.calls[op] for op in self.to_settle], note_by_call={self.calls[op].pk: n for op, n in self.to_settle.items()})
+                calls=[self.calls[op] for op in self.to_settle],
+                note_by_call={self.calls[op].pk: n for op, n in self.to_settle.items()},
+            )
         if self.to_review:
-            review_services.review_items_open_bulk(calls=[(self.calls[op], kind) for op, kind in self.to_review.items()])
+            review_services.review_items_open_bulk(
+                calls=[(self.calls[op], kind) for op, kind in self.to_review.items()]
+            )
         if self.to_reconcile:
             ids = [self.calls[op].pk for op in self.to_reconcile]
             transaction.on_commit(lambda: _enqueue_reconcile(ids))
 
 
 CALL_FIELDS = [
-    "state", "reason", "category", "route", "observation", "attempts", "duplicates_suppressed", "receipt",
-    "receipt_at", "arguments", "arguments_digest", "contract", "approval_expires_at", "reconcile_requested_at",
-    "decision", "decision_reason", "decided_by", "decided_at", "updated_at",
+    "state",
+    "reason",
+    "category",
+    "route",
+    "observation",
+    "attempts",
+    "duplicates_suppressed",
+    "receipt",
+    "receipt_at",
+    "arguments",
+    "arguments_digest",
+    "contract",
+    "approval_expires_at",
+    "reconcile_requested_at",
+    "decision",
+    "decision_reason",
+    "decided_by",
+    "decided_at",
+    "updated_at",
 ]
 
 
@@ -545,8 +772,14 @@ def _enqueue_reconcile(call_ids: list[int]) -> None:
         reconcile_call.delay(pk)
 
 
-def events_apply(*, project: Project, agent: Agent, events: list[Any], source: str = CallEvent.Source.AGENT,
-                 user=None) -> list[Outcome]:
+def events_apply(
+    *,
+    project: Project,
+    agent: Agent,
+    events: list[Any],
+    source: str = CallEvent.Source.AGENT,
+    user=None,
+) -> list[Outcome]:
     """Apply validated events (``callgate.schemas`` models) in order; one ``Outcome`` each.
 
     Events whose ``event_id`` was stored before (or repeats within the batch) are
@@ -558,7 +791,9 @@ def events_apply(*, project: Project, agent: Agent, events: list[Any], source: s
     for attempt in range(2):
         try:
             with transaction.atomic():
-                return _apply_once(project=project, agent=agent, events=events, source=source, user=user)
+                return _apply_once(
+                    project=project, agent=agent, events=events, source=source, user=user
+                )
         except IntegrityError:
             if attempt == 1:
                 raise
@@ -588,7 +823,6 @@ def _apply_once(*, project, agent, events, source, user) -> list[Outcome]:
     return outcomes
 
 
-
 # --- the inbox: receive now, apply in order -------------------------------------------------
 
 #: Inbox rows applied per transaction (and per hold of the project's drain lock).
@@ -598,7 +832,9 @@ DRAIN_CHUNK = 500
 DRAIN_LOCK_CLASS = 0x63676174  # "cgat"
 
 
-def events_receive(*, project: Project, agent: Agent, events: list[Any], may_decide: bool = False) -> list[Outcome]:
+def events_receive(
+    *, project: Project, agent: Agent, events: list[Any], may_decide: bool = False
+) -> list[Outcome]:
     """Store validated events (``callgate.schemas`` models) in the inbox; one ``Outcome`` each,
     in order: ``accepted`` (stored; ``inbox_drain`` applies it), ``duplicate`` (its
     ``event_id`` was applied before, is pending, or came earlier in this batch; one the rules
@@ -614,13 +850,29 @@ def events_receive(*, project: Project, agent: Agent, events: list[Any], may_dec
     horizon = time.time() + MAX_CLOCK_SKEW.total_seconds()  # Unix seconds: cheaper than datetimes
     for index, event in enumerate(events):
         if event.type in DECISION_TYPES and not may_decide:
-            outcomes[index] = Outcome(status="rejected", errors=[{"loc": "type", "msg": (
-                f"this API key may not report {event.type!r} events: operators decide in the review queue "
-                "(keys with can_decide are for runtimes with their own approval UI)")}])
+            outcomes[index] = Outcome(
+                status="rejected",
+                errors=[
+                    {
+                        "loc": "type",
+                        "msg": (
+                            f"this API key may not report {event.type!r} events: operators decide in the review queue "
+                            "(keys with can_decide are for runtimes with their own approval UI)"
+                        ),
+                    }
+                ],
+            )
             continue
         if event.occurred_at.timestamp() > horizon:
-            outcomes[index] = Outcome(status="rejected", errors=[{"loc": "occurred_at", "msg": (
-                "lies more than a day in the future; check the agent's clock")}])
+            outcomes[index] = Outcome(
+                status="rejected",
+                errors=[
+                    {
+                        "loc": "occurred_at",
+                        "msg": ("lies more than a day in the future; check the agent's clock"),
+                    }
+                ],
+            )
             continue
         event_id = str(event.event_id)
         if event_id in fresh:
@@ -628,8 +880,12 @@ def events_receive(*, project: Project, agent: Agent, events: list[Any], may_dec
             continue
         try:
             body = event.model_dump_json()
-        except ValueError as exc:  # pydantic's serialisation errors; the door should have caught them
-            outcomes[index] = Outcome(status="rejected", errors=[{"loc": "", "msg": f"cannot be stored: {exc}"[:500]}])
+        except (
+            ValueError
+        ) as exc:  # pydantic's serialisation errors; the door should have caught them
+            outcomes[index] = Outcome(
+                status="rejected", errors=[{"loc": "", "msg": f"cannot be stored: {exc}"[:500]}]
+            )
             continue
         fresh[event_id] = index
         rows.append((event_id, body))
@@ -663,19 +919,30 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]
                 stored = _insert_rows(project=project, agent=agent, rows=rows)
                 if len(stored) < len(rows):
                     skipped = [event_id for event_id, _ in rows if event_id not in stored]
-                    rejected = InboxEvent.objects.filter(project=project, status=InboxEvent.Status.REJECTED,
-                                                         event_id__in=skipped)
-                    retry = {str(event_id) for event_id in rejected.values_list("event_id", flat=True)}
+                    rejected = InboxEvent.objects.filter(
+                        project=project, status=InboxEvent.Status.REJECTED, event_id__in=skipped
+                    )
+                    retry = {
+                        str(event_id) for event_id in rejected.values_list("event_id", flat=True)
+                    }
                     if retry:
                         rejected.delete()
-                        stored |= _insert_rows(project=project, agent=agent, rows=[r for r in rows if r[0] in retry])
+                        stored |= _insert_rows(
+                            project=project, agent=agent, rows=[r for r in rows if r[0] in retry]
+                        )
                 return stored
         except OperationalError as exc:
-            if not isinstance(exc.__cause__, psycopg.errors.DeadlockDetected) or attempt == INSERT_ATTEMPTS:
+            if (
+                not isinstance(exc.__cause__, psycopg.errors.DeadlockDetected)
+                or attempt == INSERT_ATTEMPTS
+            ):
                 raise
-            logger.info("inbox insert for project %s deadlocked with another batch; attempt %d", project.pk, attempt)
+            logger.info(
+                "inbox insert for project %s deadlocked with another batch; attempt %d",
+                project.pk,
+                attempt,
+            )
     raise AssertionError("unreachable")
-
 
 
 def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]]) -> set[str]:
@@ -704,21 +971,42 @@ def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]])
                 f"WHERE (SELECT c.id FROM {CallEvent._meta.db_table} c "
                 f"       WHERE c.project_id = %s AND c.event_id = (e.body ->> 'event_id')::uuid) IS NULL "
                 f"ORDER BY e.n ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id::text",
-                [project.pk, agent.pk, received_at, InboxEvent.Status.PENDING, document, project.pk],
+                [
+                    project.pk,
+                    agent.pk,
+                    received_at,
+                    InboxEvent.Status.PENDING,
+                    document,
+                    project.pk,
+                ],
             )
             return {value for (value,) in cursor.fetchall()}
-        applied = {str(event_id) for event_id in CallEvent.objects.filter(
-            project=project, event_id__in=[event_id for event_id, _ in rows]).values_list("event_id", flat=True)}
+        applied = {
+            str(event_id)
+            for event_id in CallEvent.objects.filter(
+                project=project, event_id__in=[event_id for event_id, _ in rows]
+            ).values_list("event_id", flat=True)
+        }
         rows = [(event_id, body) for event_id, body in rows if event_id not in applied]
         if not rows:
             return set()
         params: list[Any] = []
         for event_id, body in rows:
-            params += [project.pk, agent.pk, event_id_field.get_db_prep_value(event_id, connection),
-                       body, received_at, InboxEvent.Status.PENDING, "[]"]
+            params += [
+                project.pk,
+                agent.pk,
+                event_id_field.get_db_prep_value(event_id, connection),
+                body,
+                received_at,
+                InboxEvent.Status.PENDING,
+                "[]",
+            ]
         values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(rows))
-        cursor.execute(f"INSERT INTO {meta.db_table} ({columns}) VALUES {values} "
-                       f"ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id", params)
+        cursor.execute(
+            f"INSERT INTO {meta.db_table} ({columns}) VALUES {values} "
+            f"ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id",
+            params,
+        )
         return {str(event_id_field.to_python(value)) for (value,) in cursor.fetchall()}
 
 
@@ -732,7 +1020,11 @@ def _bound_cursor():
         return connection.cursor()
     connection.ensure_connection()
     cursor = psycopg.Cursor(connection.connection)
-    return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
+    return (
+        connection.make_debug_cursor(cursor)
+        if connection.queries_logged
+        else connection.make_cursor(cursor)
+    )
 
 
 def inbox_drain(project_id: int) -> int:
@@ -744,8 +1036,12 @@ def inbox_drain(project_id: int) -> int:
     One drainer per project at a time, per chunk (a PostgreSQL advisory lock; a per-project
     process lock elsewhere): a second drainer waits at most one chunk, then continues with
     whatever is still pending up to its own bound (often nothing: the first took it)."""
-    bound = (InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING)
-             .order_by("-id").values_list("id", flat=True).first())
+    bound = (
+        InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
     processed = 0
     while bound is not None:
         done = _drain_chunk(project_id, bound=bound)
@@ -779,8 +1075,11 @@ def _drain_chunk(project_id: int, *, bound: int) -> int:
     A rejected row keeps its body with obvious secrets and the project's sensitive fields
     redacted (``redact``), like a stored ``CallEvent``."""
     with transaction.atomic(), _drain_lock(project_id):
-        rows = list(InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING, id__lte=bound)
-                    .order_by("id")[:DRAIN_CHUNK])
+        rows = list(
+            InboxEvent.objects.filter(
+                project_id=project_id, status=InboxEvent.Status.PENDING, id__lte=bound
+            ).order_by("id")[:DRAIN_CHUNK]
+        )
         if not rows:
             return 0
         project = Project.objects.get(pk=project_id)
@@ -791,7 +1090,9 @@ def _drain_chunk(project_id: int, *, bound: int) -> int:
             end = start
             while end < len(rows) and rows[end].agent_id == rows[start].agent_id:
                 end += 1
-            for row, outcome in zip(rows[start:end], _apply_rows(project, agents[rows[start].agent_id], rows[start:end])):
+            for row, outcome in zip(
+                rows[start:end], _apply_rows(project, agents[rows[start].agent_id], rows[start:end])
+            ):
                 if outcome.status == "rejected":
                     row.status, row.errors = InboxEvent.Status.REJECTED, outcome.errors
                     rejected.append(row)
@@ -800,8 +1101,13 @@ def _drain_chunk(project_id: int, *, bound: int) -> int:
             start = end
         InboxEvent.objects.filter(pk__in=done).delete()
         if rejected:
-            sensitive = {name for names in ToolContract.objects.filter(project_id=project_id)
-                         .values_list("sensitive_fields", flat=True) for name in names or ()}
+            sensitive = {
+                name
+                for names in ToolContract.objects.filter(project_id=project_id).values_list(
+                    "sensitive_fields", flat=True
+                )
+                for name in names or ()
+            }
             for row in rejected:
                 row.body = redact(row.body, sensitive)
             InboxEvent.objects.bulk_update(rejected, ["status", "errors", "body"])
@@ -822,19 +1128,28 @@ def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[
             events.append(EVENT_ADAPTER.validate_python(row.body))
             positions.append(position)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            outcomes[position] = Outcome(status="rejected", errors=[{"loc": "", "msg": str(exc)[:2000]}])
+            outcomes[position] = Outcome(
+                status="rejected", errors=[{"loc": "", "msg": str(exc)[:2000]}]
+            )
     try:
         applied = events_apply(project=project, agent=agent, events=events)
     except Exception:
-        logger.exception("applying %d inbox events of project %s failed; applying them one by one",
-                         len(events), project.pk)
+        logger.exception(
+            "applying %d inbox events of project %s failed; applying them one by one",
+            len(events),
+            project.pk,
+        )
         applied = []
         for event in events:
             try:
                 applied.append(events_apply(project=project, agent=agent, events=[event])[0])
             except Exception:
-                logger.exception("inbox event %s of project %s cannot be applied", event.event_id, project.pk)
-                applied.append(Outcome(status="rejected", errors=[{"loc": "", "msg": APPLY_FAILED}]))
+                logger.exception(
+                    "inbox event %s of project %s cannot be applied", event.event_id, project.pk
+                )
+                applied.append(
+                    Outcome(status="rejected", errors=[{"loc": "", "msg": APPLY_FAILED}])
+                )
     for position, outcome in zip(positions, applied):
         outcomes[position] = outcome
     return outcomes  # type: ignore[return-value]
@@ -847,20 +1162,45 @@ def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
     (``answer``: the ``CallAnswer`` as this event left the call: its reason, category, route,
     verdict, observation and the state it moved the call to; attempts, receipt and decision
     are the call's now; ``GET /api/v1/calls/{operation_id}`` has where the call stands now)."""
-    event = (CallEvent.objects.select_related("call__contract")
-             .filter(project=project, event_id=event_id).first())
+    event = (
+        CallEvent.objects.select_related("call__contract")
+        .filter(project=project, event_id=event_id)
+        .first()
+    )
     if event is not None:
         answer = call_answer(event.call)
         if event.route:
-            answer.update(state=event.state_after or answer["state"], reason=event.reason or None, category=event.category or None, route=event.route,
-                          observation=event.observation,
-                          verdict="pending_approval" if event.state_after == S.PENDING_APPROVAL
-                          else VERDICT_FOR_ROUTE[Route(event.route)],
-                          retry_after=retry_after(event.call.contract, event.call.attempts)
-                          if event.route == Route.RETRY else None)
-        return {"event_id": str(event_id), "status": "applied", "kind": event.kind, "errors": [], "answer": answer}
-    row = InboxEvent.objects.filter(project=project, event_id=event_id).only("status", "errors", "body").first()
+            answer.update(
+                state=event.state_after or answer["state"],
+                reason=event.reason or None,
+                category=event.category or None,
+                route=event.route,
+                observation=event.observation,
+                verdict="pending_approval"
+                if event.state_after == S.PENDING_APPROVAL
+                else VERDICT_FOR_ROUTE[Route(event.route)],
+                retry_after=retry_after(event.call.contract, event.call.attempts)
+                if event.route == Route.RETRY
+                else None,
+            )
+        return {
+            "event_id": str(event_id),
+            "status": "applied",
+            "kind": event.kind,
+            "errors": [],
+            "answer": answer,
+        }
+    row = (
+        InboxEvent.objects.filter(project=project, event_id=event_id)
+        .only("status", "errors", "body")
+        .first()
+    )
     if row is None:
         return None
-    return {"event_id": str(event_id), "status": row.status, "kind": row.body.get("type"),
-            "errors": row.errors, "answer": None}
+    return {
+        "event_id": str(event_id),
+        "status": row.status,
+        "kind": row.body.get("type"),
+        "errors": row.errors,
+        "answer": None,
+    }

@@ -6,6 +6,7 @@ receipt after a timeout, a reconciliation of a call an operator already settled)
 table allows it and says what it does. The state after an event follows from the route
 of the classification (``STATE_FOR_ROUTE``) with the exceptions spelled out below.
 """
+
 from __future__ import annotations
 
 from callgate.classification import Verdict
@@ -58,13 +59,16 @@ STATE_FOR_ROUTE: dict[Route, str] = {
 }
 
 
-
 def check(state: str | None, kind: str, *, decision: str | None = None) -> None:
     """Raise ``IllegalTransition`` unless an event of ``kind`` may arrive in ``state``."""
     if kind not in ALLOWED_EVENTS.get(state, frozenset()):
         raise IllegalTransition(state or "new", kind)
     if kind == "decision" and decision not in ALLOWED_DECISIONS.get(state or "", frozenset()):
-        raise IllegalTransition(state or "new", kind, f"the decision {decision!r} is not allowed while the call is {state!r}")
+        raise IllegalTransition(
+            state or "new",
+            kind,
+            f"the decision {decision!r} is not allowed while the call is {state!r}",
+        )
 
 
 def next_state(state: str | None, kind: str, result: Verdict, *, executed: bool) -> str:
@@ -74,7 +78,10 @@ def next_state(state: str | None, kind: str, result: Verdict, *, executed: bool)
     execution leaves the call ``rejected`` at the gate; after one it has ``failed``)."""
     if result.reason is None:  # allowed at the gate, or approved by an operator
         return S.ALLOWED
-    if result.reason in (Reason.DUPLICATE_SUPPRESSED, Reason.IDEMPOTENCY_MISMATCH) and state is not None:
+    if (
+        result.reason in (Reason.DUPLICATE_SUPPRESSED, Reason.IDEMPOTENCY_MISMATCH)
+        and state is not None
+    ):
         return state  # the stored call is untouched; the new proposal is answered, not run
     if result.reason == Reason.APPROVAL_PENDING:
         return S.PENDING_APPROVAL

@@ -124,14 +124,18 @@ _OPTIONS_HINT = re.compile(
 _NOT_OPTIONS = re.compile(r"\band/or\b|\bhttps?://", re.IGNORECASE)
 # kind -> (what it looks like + what to add, what the model may send otherwise)
 _FORMAT_ADVICE = {
-    "date": ("a date: add `\"format\": \"date\"` (YYYY-MM-DD)", "\"next Tuesday\" or 06/07/26"),
-    "date-time": ("a date-time: add `\"format\": \"date-time\"` (RFC 3339)",
-                  "\"tomorrow 9am\" without a time zone"),
-    "email": ("an email address: add `\"format\": \"email\"`", "a person's name"),
-    "uuid": ("a UUID: add `\"format\": \"uuid\"`", "a made-up short ID"),
-    "uri": ("a URL: add `\"format\": \"uri\"`", "a bare domain or a page title"),
-    "id": ("an ID: add a `pattern` or `examples` with the real ID shape",
-           "a name or an invented ID"),
+    "date": ('a date: add `"format": "date"` (YYYY-MM-DD)', '"next Tuesday" or 06/07/26'),
+    "date-time": (
+        'a date-time: add `"format": "date-time"` (RFC 3339)',
+        '"tomorrow 9am" without a time zone',
+    ),
+    "email": ('an email address: add `"format": "email"`', "a person's name"),
+    "uuid": ('a UUID: add `"format": "uuid"`', "a made-up short ID"),
+    "uri": ('a URL: add `"format": "uri"`', "a bare domain or a page title"),
+    "id": (
+        "an ID: add a `pattern` or `examples` with the real ID shape",
+        "a name or an invented ID",
+    ),
 }
 _BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _COMBINATORS = ("anyOf", "oneOf", "allOf")
@@ -295,13 +299,19 @@ class _Linter:
         description = schema.get("description")
 
         if is_field and not self.described(schema):
-            self.add(path, "missing_description",
-                     f"{label} has no description: the model has to guess what it means.")
+            self.add(
+                path,
+                "missing_description",
+                f"{label} has no description: the model has to guess what it means.",
+            )
 
         if is_field and not types and not (has_ref or constrained or union):
-            self.add(path, "missing_type",
-                     f"{label} has no type: say whether it is a string, number, integer, "
-                     "boolean, object or array, or the model will pick one.")
+            self.add(
+                path,
+                "missing_type",
+                f"{label} has no type: say whether it is a string, number, integer, "
+                "boolean, object or array, or the model will pick one.",
+            )
 
         if "string" in types and not constrained:
             open_shape = not any(k in schema for k in ("format", "pattern"))
@@ -310,52 +320,79 @@ class _Linter:
                 kind is None or toks[-1] in _CLOSED_SET_TOKENS
             )
             if open_shape and _lists_options(description):
-                self.add(path, "missing_enum",
-                         f"{label} lists its allowed values in the description only: put them "
-                         "in `enum` so the model picks one of them instead of paraphrasing.")
+                self.add(
+                    path,
+                    "missing_enum",
+                    f"{label} lists its allowed values in the description only: put them "
+                    "in `enum` so the model picks one of them instead of paraphrasing.",
+                )
             elif open_shape and closed_by_name:
-                self.add(path, "missing_enum",
-                         f"{label} looks like a fixed set of values but has no `enum`: list the "
-                         "allowed values so the model cannot invent one.")
+                self.add(
+                    path,
+                    "missing_enum",
+                    f"{label} looks like a fixed set of values but has no `enum`: list the "
+                    "allowed values so the model cannot invent one.",
+                )
             elif kind is not None and not self._has_shape_hint(schema):
                 advice, risk = _FORMAT_ADVICE[kind]
                 extra = "" if kind == "id" else ", a `pattern` or `examples`"
-                self.add(path, "missing_format",
-                         f"{label} looks like {advice}{extra}; otherwise the model may send "
-                         f"{risk}.")
+                self.add(
+                    path,
+                    "missing_format",
+                    f"{label} looks like {advice}{extra}; otherwise the model may send {risk}.",
+                )
 
         if types & {"number", "integer"} and not constrained:
             if not any(k in schema for k in _BOUND_KEYS):
-                self.add(path, "missing_bounds",
-                         f"{label} is a number without bounds: add `minimum`/`maximum` so the "
-                         "model cannot send 0, negative or absurdly large values.")
+                self.add(
+                    path,
+                    "missing_bounds",
+                    f"{label} is a number without bounds: add `minimum`/`maximum` so the "
+                    "model cannot send 0, negative or absurdly large values.",
+                )
 
         if "object" in types:
             props = schema.get("properties")
             has_props = isinstance(props, dict) and len(props) > 0
             if has_props and "required" not in schema:
-                self.add(path, "missing_required",
-                         f"{label} has properties but no `required` list: the model cannot tell "
-                         "which fields it must send (use [] if all are optional).")
+                self.add(
+                    path,
+                    "missing_required",
+                    f"{label} has properties but no `required` list: the model cannot tell "
+                    "which fields it must send (use [] if all are optional).",
+                )
             map_schema = isinstance(schema.get("additionalProperties"), dict) or isinstance(
                 schema.get("patternProperties"), dict
             )
-            if (path != ROOT_PATH and not isinstance(props, dict) and not map_schema
-                    and not (has_ref or union)):
-                self.add(path, "object_without_properties",
-                         f"{label} is an object without `properties`: the model has to guess "
-                         "its keys; declare them (or an `additionalProperties` schema for a map).")
+            if (
+                path != ROOT_PATH
+                and not isinstance(props, dict)
+                and not map_schema
+                and not (has_ref or union)
+            ):
+                self.add(
+                    path,
+                    "object_without_properties",
+                    f"{label} is an object without `properties`: the model has to guess "
+                    "its keys; declare them (or an `additionalProperties` schema for a map).",
+                )
             if schema.get("additionalProperties") is True:
-                self.add(path, "additional_properties",
-                         f"{label} sets `additionalProperties: true`: callgate rejects unknown "
-                         "fields anyway, so this only invites the model to add some; drop it "
-                         "or set it to false.")
+                self.add(
+                    path,
+                    "additional_properties",
+                    f"{label} sets `additionalProperties: true`: callgate rejects unknown "
+                    "fields anyway, so this only invites the model to add some; drop it "
+                    "or set it to false.",
+                )
 
         if "array" in types and "items" not in schema and "prefixItems" not in schema:
             if not (has_ref or union):
-                self.add(path, "array_without_items",
-                         f"{label} is an array without `items`: the model does not know what "
-                         "each element should look like.")
+                self.add(
+                    path,
+                    "array_without_items",
+                    f"{label} is an array without `items`: the model does not know what "
+                    "each element should look like.",
+                )
 
     @staticmethod
     def _has_shape_hint(schema: dict) -> bool:
@@ -424,7 +461,7 @@ def _description_vagueness(name: str, description: str) -> tuple[str, str] | Non
     meaningful = [t for t in desc_toks if t not in _STOPWORDS]
     if name_toks and all(t in name_toks or t in _NAME_ECHO_WORDS for t in meaningful):
         return "repeats_name", (
-            f"The tool description \"{quoted}\" only repeats the name `{name}`: {advice}"
+            f'The tool description "{quoted}" only repeats the name `{name}`: {advice}'
         )
     content = [
         t for t in meaningful if t not in _GENERIC_WORDS and t not in name_toks and len(t) > 1
@@ -432,11 +469,11 @@ def _description_vagueness(name: str, description: str) -> tuple[str, str] | Non
     generic = _GENERIC_PHRASE.search(text)
     if generic or (len(content) < 2 and any(t in _GENERIC_WORDS for t in desc_toks)):
         word = generic.group(0) if generic else next(t for t in desc_toks if t in _GENERIC_WORDS)
-        which = "" if word.lower() == text.lower() else f" (\"{word}\")"
-        return "generic", f"The tool description \"{quoted}\" is generic{which}: {advice}"
+        which = "" if word.lower() == text.lower() else f' ("{word}")'
+        return "generic", f'The tool description "{quoted}" is generic{which}: {advice}'
     if len(text) < MIN_DESCRIPTION_CHARS:
         return "short", (
-            f"The tool description \"{quoted}\" is very short ({len(text)} characters): {advice}"
+            f'The tool description "{quoted}" is very short ({len(text)} characters): {advice}'
         )
     return None
 
@@ -463,16 +500,22 @@ def lint_contract(*, name: str, description: str, parameters: dict) -> LintRepor
         linter.add(TOOL_PATH, "vague_description", message, _VAGUE_WEIGHTS[kind])
 
     if parameters is True or parameters is False or not isinstance(parameters, (dict, bool)):
-        linter.add(ROOT_PATH, "parameters_not_object",
-                   "The parameters are not a JSON Schema object: declare "
-                   "`{\"type\": \"object\", \"properties\": {...}}` so the model knows "
-                   "what to send.")
+        linter.add(
+            ROOT_PATH,
+            "parameters_not_object",
+            "The parameters are not a JSON Schema object: declare "
+            '`{"type": "object", "properties": {...}}` so the model knows '
+            "what to send.",
+        )
     else:
         root_types = _types(parameters)
         if root_types and "object" not in root_types:
-            linter.add(ROOT_PATH, "parameters_not_object",
-                       "The parameters schema is not of type object: providers expect "
-                       "`{\"type\": \"object\", \"properties\": {...}}` with one key per argument.")
+            linter.add(
+                ROOT_PATH,
+                "parameters_not_object",
+                "The parameters schema is not of type object: providers expect "
+                '`{"type": "object", "properties": {...}}` with one key per argument.',
+            )
         linter.walk(parameters, ROOT_PATH, None, is_field=False, depth=0)
 
     findings: list[Finding] = []

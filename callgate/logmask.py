@@ -1,6 +1,7 @@
 """Masking of API keys in log records (OWASP ASVS 7.1.1: no credentials in logs).
 
 Kept free of model imports: logging is configured before Django's apps are ready."""
+
 from __future__ import annotations
 
 import logging

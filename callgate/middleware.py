@@ -1,4 +1,5 @@
 """Request guards that apply to every URL."""
+
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -15,6 +16,8 @@ class RejectNulMiddleware:
         if "\x00" in request.path or "%00" in request.META.get("QUERY_STRING", ""):
             message = "The URL contains a NUL character (%00)."
             if request.path.startswith("/api/"):
-                return JsonResponse({"error": message, "errors": [{"loc": "url", "msg": message}]}, status=400)
+                return JsonResponse(
+                    {"error": message, "errors": [{"loc": "url", "msg": message}]}, status=400
+                )
             return HttpResponse(message, status=400, content_type="text/plain")
         return self.get_response(request)

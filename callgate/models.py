@@ -3,6 +3,7 @@
 The review queue lives in ``reviews.models``. State changes of a ``ToolCall`` happen only
 in ``callgate.lifecycle`` (the transition table) through ``callgate.services``.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -40,13 +41,19 @@ class Membership(models.Model):
 
     RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.MANAGER: 2, Role.ADMIN: 3}
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["user", "project"], name="membership_unique_user_project")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "project"], name="membership_unique_user_project"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} in {self.project} as {self.role}"
@@ -63,12 +70,16 @@ class Agent(models.Model):
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     webhook_url = models.URLField(blank=True, help_text="Review decisions are POSTed here, signed.")
-    webhook_secret = models.CharField(max_length=128, blank=True, help_text="HMAC-SHA256 key for webhooks.")
+    webhook_secret = models.CharField(
+        max_length=128, blank=True, help_text="HMAC-SHA256 key for webhooks."
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["name"]
-        constraints = [models.UniqueConstraint(fields=["project", "name"], name="agent_unique_name")]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="agent_unique_name")
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -86,7 +97,7 @@ class ApiKey(models.Model):
     can_decide = models.BooleanField(
         default=False,
         help_text="May report decision and approval_expired events: for an agent runtime with its own approval "
-                  "UI. Without it, only operators decide (in the review queue).",
+        "UI. Without it, only operators decide (in the review queue).",
     )
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -120,8 +131,12 @@ class ToolContract(models.Model):
     parameters = models.JSONField(help_text="JSON Schema (draft 2020-12) of the arguments.")
     effect = models.CharField(max_length=8, choices=Effect.choices, default=Effect.READ)
     idempotent = models.BooleanField(default=False, help_text="The target dedupes by operation ID.")
-    reconcile_method = models.CharField(max_length=8, choices=ReconcileMethod.choices, default=ReconcileMethod.NONE)
-    reconcile_url = models.CharField(max_length=500, blank=True, help_text="URL template with {operation_id}.")
+    reconcile_method = models.CharField(
+        max_length=8, choices=ReconcileMethod.choices, default=ReconcileMethod.NONE
+    )
+    reconcile_url = models.CharField(
+        max_length=500, blank=True, help_text="URL template with {operation_id}."
+    )
     max_attempts = models.PositiveIntegerField(default=3)
     max_reasks = models.PositiveIntegerField(default=2)
     retry_initial_interval = models.FloatField(default=1.0)  # seconds
@@ -139,7 +154,9 @@ class ToolContract(models.Model):
     class Meta:
         ordering = ["name", "-version"]
         constraints = [
-            models.UniqueConstraint(fields=["project", "name", "version"], name="contract_unique_version"),
+            models.UniqueConstraint(
+                fields=["project", "name", "version"], name="contract_unique_version"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -180,12 +197,18 @@ class ToolCall(models.Model):
     conversation_id = models.CharField(max_length=200, blank=True)
     trace_id = models.CharField(max_length=200, blank=True)
     call_id = models.CharField(max_length=200, blank=True, help_text="The provider's tool-call ID.")
-    actor = models.CharField(max_length=200, blank=True, help_text="The end user the agent acts for.")
+    actor = models.CharField(
+        max_length=200, blank=True, help_text="The end user the agent acts for."
+    )
     provider_format = models.CharField(max_length=20, blank=True)
     tool_name = models.CharField(max_length=128, blank=True)
-    contract = models.ForeignKey(ToolContract, null=True, blank=True, on_delete=models.PROTECT, related_name="calls")
+    contract = models.ForeignKey(
+        ToolContract, null=True, blank=True, on_delete=models.PROTECT, related_name="calls"
+    )
     arguments = models.JSONField(null=True, blank=True)  # redacted before storage
-    arguments_digest = models.CharField(max_length=64, blank=True)  # of the canonical, unredacted arguments
+    arguments_digest = models.CharField(
+        max_length=64, blank=True
+    )  # of the canonical, unredacted arguments
 
     state = models.CharField(max_length=20, choices=State.choices)
     reason = models.CharField(max_length=32, choices=Reason.choices, blank=True)
@@ -213,13 +236,17 @@ class ToolCall(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["project", "operation_id"], name="toolcall_unique_operation"),
+            models.UniqueConstraint(
+                fields=["project", "operation_id"], name="toolcall_unique_operation"
+            ),
         ]
         indexes = [
             # calls list: newest first within a project
             models.Index(fields=["project", "-created_at"], name="toolcall_project_recent"),
             # calls list filtered by reason / state
-            models.Index(fields=["project", "reason", "-created_at"], name="toolcall_project_reason"),
+            models.Index(
+                fields=["project", "reason", "-created_at"], name="toolcall_project_reason"
+            ),
             models.Index(fields=["project", "state"], name="toolcall_project_state"),
             # a later event naming its call by call_id within request_id
             models.Index(fields=["project", "request_id", "call_id"], name="toolcall_request_call"),
@@ -251,8 +278,12 @@ class CallEvent(models.Model):
     # No single-column indexes: the indexes below start with each (one less index to write
     # per event), and a lone project index lured the planner into reading all of a project's
     # events to find one event ID.
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="events", db_index=False)
-    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="events", db_index=False)
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
+    call = models.ForeignKey(
+        ToolCall, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     event_id = models.UUIDField(default=uuid.uuid4)
     kind = models.CharField(max_length=20, choices=Kind.choices)
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.AGENT)
@@ -268,7 +299,9 @@ class CallEvent(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["project", "event_id"], name="callevent_unique_event_id"),
+            models.UniqueConstraint(
+                fields=["project", "event_id"], name="callevent_unique_event_id"
+            ),
         ]
         indexes = [
             # call timeline
@@ -298,10 +331,12 @@ class InboxEvent(models.Model):
     # rows (Django's collector cascades). No single-column indexes either (about 2 µs per
     # event): the project's rows are found through the two indexes below, which start with
     # it, and an agent's only when the agent is deleted (a scan of the small inbox).
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_constraint=False,
-                                db_index=False)
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_constraint=False,
-                              db_index=False)
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
+    agent = models.ForeignKey(
+        Agent, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
     event_id = models.UUIDField()
     body = models.JSONField(help_text="The envelope as received (validated; not yet redacted).")
     received_at = models.DateTimeField(default=timezone.now)
@@ -310,7 +345,9 @@ class InboxEvent(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["project", "event_id"], name="inboxevent_unique_event_id"),
+            models.UniqueConstraint(
+                fields=["project", "event_id"], name="inboxevent_unique_event_id"
+            ),
         ]
         indexes = [
             # inbox_drain: a project's pending rows in arrival order
@@ -328,7 +365,9 @@ class RequestBudget(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["project", "request_id", "tool_name"], name="requestbudget_unique"),
+            models.UniqueConstraint(
+                fields=["project", "request_id", "tool_name"], name="requestbudget_unique"
+            ),
         ]
 
 
@@ -351,7 +390,8 @@ class CallRollup(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["project", "bucket", "tool_name", "agent", "reason", "route"], name="callrollup_unique_cell"
+                fields=["project", "bucket", "tool_name", "agent", "reason", "route"],
+                name="callrollup_unique_cell",
             ),
         ]
         indexes = [

@@ -17,6 +17,7 @@ Formats (see ``shared/cases/README.md``):
 Pure: no Django, no I/O. Never raises on any input: output that is not a recognisable
 call comes back with ``malformed`` set, which classifies as ``malformed_call``.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,7 +67,9 @@ class TooLarge:
 
     @property
     def problem(self) -> str:
-        return f"the number {self.text[:40]}{'…' if len(self.text) > 40 else ''} is too large to read"
+        return (
+            f"the number {self.text[:40]}{'…' if len(self.text) > 40 else ''} is too large to read"
+        )
 
 
 def loads(text: str | bytes, *, too_large: list[TooLarge] | None = None) -> Any:
@@ -79,7 +82,9 @@ def loads(text: str | bytes, *, too_large: list[TooLarge] | None = None) -> Any:
     try:
         value = json.loads(text, parse_constant=no_constants, parse_float=finite_float)
     except ValueError as exc:
-        if too_large is None or not (isinstance(exc, NotFinite) or "integer string conversion" in str(exc)):
+        if too_large is None or not (
+            isinstance(exc, NotFinite) or "integer string conversion" in str(exc)
+        ):
             raise
 
         def mark(number: str) -> TooLarge:
@@ -96,7 +101,9 @@ def loads(text: str | bytes, *, too_large: list[TooLarge] | None = None) -> Any:
             except ValueError:  # more digits than Python converts
                 return mark(number)
 
-        value = json.loads(text, parse_constant=no_constants, parse_float=read_float, parse_int=read_int)
+        value = json.loads(
+            text, parse_constant=no_constants, parse_float=read_float, parse_int=read_int
+        )
     needle = b"\\u" if isinstance(text, bytes) else "\\u"
     return _storable(value) if needle in text else value  # only escapes can produce them
 
@@ -106,9 +113,17 @@ def too_large_path(value: Any, path: str = "") -> tuple[str, TooLarge] | None:
     ``TooLarge`` in ``value``, or None."""
     if isinstance(value, TooLarge):
         return path, value
-    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    children = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for key, child in children:
-        found = too_large_path(child, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key)
+        found = too_large_path(
+            child, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
+        )
         if found:
             return found
     return None
@@ -164,17 +179,24 @@ def _arguments(tool: Any, raw: Any, call_id: Any, *, missing_ok: bool = False) -
         try:
             value = loads(raw)
         except (ValueError, RecursionError) as exc:
-            return Proposal(tool=tool, raw_arguments=raw, call_id=call_id, parse_error=_json_error(exc, raw))
+            return Proposal(
+                tool=tool, raw_arguments=raw, call_id=call_id, parse_error=_json_error(exc, raw)
+            )
         if not isinstance(value, dict):
             return Proposal(
-                tool=tool, arguments=value, raw_arguments=raw, call_id=call_id,
+                tool=tool,
+                arguments=value,
+                raw_arguments=raw,
+                call_id=call_id,
                 parse_error=f"the arguments are a JSON {json_type(value)}, not an object",
             )
         return Proposal(tool=tool, arguments=value, raw_arguments=raw, call_id=call_id)
     if isinstance(raw, dict):
         return Proposal(tool=tool, arguments=raw, call_id=call_id)
     return Proposal(
-        tool=tool, arguments=raw, call_id=call_id,
+        tool=tool,
+        arguments=raw,
+        call_id=call_id,
         parse_error=f"the arguments are a JSON {json_type(raw)}, not an object",
     )
 
@@ -213,7 +235,9 @@ def _openai(call: dict) -> Proposal:
         if not isinstance(items, list) or len(items) != 1 or not isinstance(items[0], dict):
             if call.get("content"):
                 return _malformed("the model wrote text instead of a structured tool call")
-            return _malformed(f"expected exactly one tool call, got {len(items) if isinstance(items, list) else 0}")
+            return _malformed(
+                f"expected exactly one tool call, got {len(items) if isinstance(items, list) else 0}"
+            )
         call = items[0]
     function = call.get("function")
     if not isinstance(function, dict):
@@ -224,25 +248,37 @@ def _openai(call: dict) -> Proposal:
 def _openai_responses(call: dict) -> Proposal:
     if call.get("type") not in (None, "function_call"):
         return _malformed(f"expected a 'function_call' item, got type {call.get('type')!r}")
-    return _arguments(call.get("name"), call.get("arguments", _NO_VALUE), call.get("call_id") or call.get("id"))
+    return _arguments(
+        call.get("name"), call.get("arguments", _NO_VALUE), call.get("call_id") or call.get("id")
+    )
 
 
 def _anthropic(call: dict) -> Proposal:
     if call.get("type") not in (None, "tool_use"):
         return _malformed(f"expected a 'tool_use' block, got type {call.get('type')!r}")
-    return _arguments(call.get("name"), call.get("input", _NO_VALUE), call.get("id"), missing_ok=True)
+    return _arguments(
+        call.get("name"), call.get("input", _NO_VALUE), call.get("id"), missing_ok=True
+    )
 
 
 def _gemini(call: dict) -> Proposal:
     if "candidates" in call:
         candidates = call.get("candidates")
-        if not isinstance(candidates, list) or len(candidates) != 1 or not isinstance(candidates[0], dict):
+        if (
+            not isinstance(candidates, list)
+            or len(candidates) != 1
+            or not isinstance(candidates[0], dict)
+        ):
             return _malformed("expected exactly one Gemini candidate")
         candidate = candidates[0]
         content = candidate.get("content")
         if not isinstance(content, dict):
             finish = candidate.get("finishReason")
-            return _malformed(f"the candidate has no content (finishReason {finish})" if finish else "the candidate has no content")
+            return _malformed(
+                f"the candidate has no content (finishReason {finish})"
+                if finish
+                else "the candidate has no content"
+            )
         call = content
     if "parts" in call:
         parts = [p for p in call.get("parts") or [] if isinstance(p, dict) and "functionCall" in p]
@@ -252,20 +288,28 @@ def _gemini(call: dict) -> Proposal:
     function = call.get("functionCall", call if "name" in call else None)
     if not isinstance(function, dict):
         return _malformed("a Gemini call needs a 'functionCall' part")
-    return _arguments(function.get("name"), function.get("args", _NO_VALUE), function.get("id"), missing_ok=True)
+    return _arguments(
+        function.get("name"), function.get("args", _NO_VALUE), function.get("id"), missing_ok=True
+    )
 
 
 def _mcp(call: dict) -> Proposal:
     if call.get("method") != "tools/call":
-        return _malformed(f"expected a JSON-RPC 'tools/call' request, got method {call.get('method')!r}")
+        return _malformed(
+            f"expected a JSON-RPC 'tools/call' request, got method {call.get('method')!r}"
+        )
     params = call.get("params")
     if not isinstance(params, dict):
         return _malformed("a tools/call request needs 'params'", call.get("id"))
-    return _arguments(params.get("name"), params.get("arguments", _NO_VALUE), call.get("id"), missing_ok=True)
+    return _arguments(
+        params.get("name"), params.get("arguments", _NO_VALUE), call.get("id"), missing_ok=True
+    )
 
 
 def _plain(call: dict) -> Proposal:
-    return _arguments(call.get("tool"), call.get("arguments", _NO_VALUE), call.get("id"), missing_ok=True)
+    return _arguments(
+        call.get("tool"), call.get("arguments", _NO_VALUE), call.get("id"), missing_ok=True
+    )
 
 
 _NORMALISERS = {
@@ -303,5 +347,7 @@ def mcp_result_text(result: Any) -> str:
     if not isinstance(result, dict) or not isinstance(result.get("content"), list):
         return ""
     return " ".join(
-        str(part.get("text", "")) for part in result["content"] if isinstance(part, dict) and part.get("type") == "text"
+        str(part.get("text", ""))
+        for part in result["content"]
+        if isinstance(part, dict) and part.get("type") == "text"
     ).strip()

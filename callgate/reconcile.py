@@ -119,7 +119,9 @@ def _auth_headers(url: str) -> dict[str, str]:
     look-up URLs come from contracts that agents write, so a credential sent to any URL
     would be handed to whoever controls the contract."""
     raw = (getattr(settings, "CALLGATE_RECONCILE_AUTH_HEADER", "") or "").strip()
-    allowed = {o.rstrip("/").lower() for o in getattr(settings, "CALLGATE_RECONCILE_AUTH_ORIGINS", [])}
+    allowed = {
+        o.rstrip("/").lower() for o in getattr(settings, "CALLGATE_RECONCILE_AUTH_ORIGINS", [])
+    }
     if not raw or origin(url) not in allowed:
         return {}
     name, sep, value = raw.partition(":")
@@ -139,24 +141,35 @@ def lookup_refusal(url: str) -> str | None:
     resolve is left to fail as a connection error. The addresses are checked before the
     request, not pinned for it: a name that changes its answer in between (DNS rebinding)
     needs ``CALLGATE_RECONCILE_ORIGINS``."""
-    listed = {o.rstrip("/").lower() for o in [*getattr(settings, "CALLGATE_RECONCILE_ORIGINS", []),
-                                             *getattr(settings, "CALLGATE_RECONCILE_AUTH_ORIGINS", [])]}
+    listed = {
+        o.rstrip("/").lower()
+        for o in [
+            *getattr(settings, "CALLGATE_RECONCILE_ORIGINS", []),
+            *getattr(settings, "CALLGATE_RECONCILE_AUTH_ORIGINS", []),
+        ]
+    }
     here = origin(url)
     if here in listed:
         return None
     if getattr(settings, "CALLGATE_RECONCILE_ORIGINS", []):
-        return f"{here} is not in CALLGATE_RECONCILE_ORIGINS; callgate looks operations up only there"
+        return (
+            f"{here} is not in CALLGATE_RECONCILE_ORIGINS; callgate looks operations up only there"
+        )
     parts = urlsplit(url)
     host = parts.hostname or ""
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
+        addresses = {
+            info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
+        }
     except (OSError, ValueError, UnicodeError):
         return None
     for address in sorted(addresses):
         if not ipaddress.ip_address(address.split("%")[0]).is_global:
-            return (f"{host} resolves to a non-public address ({address}); list {here} in "
-                    "CALLGATE_RECONCILE_ORIGINS to let callgate look operations up there")
+            return (
+                f"{host} resolves to a non-public address ({address}); list {here} in "
+                "CALLGATE_RECONCILE_ORIGINS to let callgate look operations up there"
+            )
     return None
 
 

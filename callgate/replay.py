@@ -5,6 +5,7 @@ so a replay leaves nothing behind. Contracts go through ``contract_register`` an
 through the same pydantic validation, ``events_receive`` and ``inbox_drain`` as
 ``POST /api/v1/events``, then ``event_answer`` as ``GET /api/v1/events/{event_id}``.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ def case_envelopes(case: dict) -> list[dict]:
     the case's request ID (``case-<id>`` when the event names none)."""
     request_id = f"case-{case.get('id', 'x')}"
     now = timezone.now().isoformat()
-    return [{"event_id": str(uuid.uuid4()), "occurred_at": now, "request_id": request_id, **event}
-            for event in case.get("events", [])]
+    return [
+        {"event_id": str(uuid.uuid4()), "occurred_at": now, "request_id": request_id, **event}
+        for event in case.get("events", [])
+    ]
 
 
 def case_tool_payloads(case: dict) -> dict[str, dict]:
@@ -43,17 +46,26 @@ def case_history(case: dict, *, agent: Agent) -> None:
     """Store the case's ``history``: earlier receipts and re-asks already used."""
     history = case.get("history") or {}
     for receipt in history.get("receipts", []):
-        services.receipt_import(agent=agent, tool=receipt["tool"], arguments=receipt["arguments"],
-                                result=receipt.get("result"), operation_id=receipt.get("operation_id"),
-                                request_id=receipt.get("request_id"))
+        services.receipt_import(
+            agent=agent,
+            tool=receipt["tool"],
+            arguments=receipt["arguments"],
+            result=receipt.get("result"),
+            operation_id=receipt.get("operation_id"),
+            request_id=receipt.get("request_id"),
+        )
     if history.get("reasks_used"):
         request_id = f"case-{case.get('id', 'x')}"
         for event in case.get("events", []):
             if event.get("type") == "proposed":
                 tool = normalise(event.get("format", ""), event.get("call")).tool
                 if tool:
-                    services.request_budget_set(project=agent.project, request_id=event.get("request_id") or request_id,
-                                                tool_name=tool, reasks_used=history["reasks_used"])
+                    services.request_budget_set(
+                        project=agent.project,
+                        request_id=event.get("request_id") or request_id,
+                        tool_name=tool,
+                        reasks_used=history["reasks_used"],
+                    )
 
 
 def replay_case(case: dict) -> dict:
@@ -64,12 +76,18 @@ def replay_case(case: dict) -> dict:
             project = Project.objects.create(slug=f"replay-{uuid.uuid4().hex[:12]}", name="replay")
             agent = Agent.objects.create(project=project, name="replay")
             for name, body in case_tool_payloads(case).items():
-                services.contract_register(agent=agent, name=name, payload=ContractIn.model_validate(body))
+                services.contract_register(
+                    agent=agent, name=name, payload=ContractIn.model_validate(body)
+                )
             case_history(case, agent=agent)
             operation_id = None
             answer: dict = {}
             for envelope in case_envelopes(case):
-                if envelope["type"] != "proposed" and operation_id and not envelope.get("operation_id"):
+                if (
+                    envelope["type"] != "proposed"
+                    and operation_id
+                    and not envelope.get("operation_id")
+                ):
                     envelope["operation_id"] = operation_id
                 event = EVENT_ADAPTER.validate_python(envelope)
                 events_receive(project=project, agent=agent, events=[event], may_decide=True)
@@ -77,13 +95,21 @@ def replay_case(case: dict) -> dict:
                 found = event_answer(project, event.event_id)
                 if found is None or found["status"] != "applied":
                     errors = found["errors"] if found else [{"msg": "the event was not stored"}]
-                    answer = {"reason": None, "category": None, "route": None,
-                              "observation": "; ".join(e["msg"] for e in errors)}
+                    answer = {
+                        "reason": None,
+                        "category": None,
+                        "route": None,
+                        "observation": "; ".join(e["msg"] for e in errors),
+                    }
                     continue
                 answer = found["answer"]
                 operation_id = answer["operation_id"]
-            result.update(reason=answer.get("reason"), category=answer.get("category"), route=answer.get("route"),
-                          observation=answer.get("observation", ""))
+            result.update(
+                reason=answer.get("reason"),
+                category=answer.get("category"),
+                route=answer.get("route"),
+                observation=answer.get("observation", ""),
+            )
             raise _Rollback
     except _Rollback:
         pass

@@ -7,6 +7,7 @@ link to the calls list filtered to exactly those calls. The filters are a GET fo
 every page is a permalink. The numbers come from ``callgate.reports``; this module only
 turns them into tables and chart data.
 """
+
 from __future__ import annotations
 
 import csv
@@ -38,16 +39,40 @@ SECTIONS = [
 
 # --- cells, tables, charts ----------------------------------------------------------------
 
+
 def num(n: int | None, href: str | None = None) -> dict:
-    return {"text": "—" if n is None else f"{n:,}", "value": "" if n is None else n, "num": True, "href": href if n else None}
+    return {
+        "text": "—" if n is None else f"{n:,}",
+        "value": "" if n is None else n,
+        "num": True,
+        "href": href if n else None,
+    }
 
 
 def pct(share: float | None) -> dict:
-    return {"text": "—" if share is None else f"{share * 100:.1f}%", "value": "" if share is None else share, "num": True}
+    return {
+        "text": "—" if share is None else f"{share * 100:.1f}%",
+        "value": "" if share is None else share,
+        "num": True,
+    }
 
 
-def text(value, href: str | None = None, *, badge: str | None = None, mono: bool = False, nowrap: bool = False) -> dict:
-    return {"text": str(value), "value": value, "href": href, "badge": badge, "mono": mono, "nowrap": nowrap}
+def text(
+    value,
+    href: str | None = None,
+    *,
+    badge: str | None = None,
+    mono: bool = False,
+    nowrap: bool = False,
+) -> dict:
+    return {
+        "text": str(value),
+        "value": value,
+        "href": href,
+        "badge": badge,
+        "mono": mono,
+        "nowrap": nowrap,
+    }
 
 
 def signed(change: int, ratio: float | None, *, bad: bool = True) -> dict:
@@ -91,15 +116,36 @@ def duration(seconds: float | None) -> dict:
     return {"text": label, "value": round(seconds, 1), "num": True}
 
 
-def table(name: str, title: str, columns: list[tuple[str, bool]], rows: list[list[dict]], foot: list[dict] | None = None) -> dict:
-    return {"name": name, "title": title, "columns": [{"label": l, "num": n} for l, n in columns], "rows": rows, "foot": foot}
+def table(
+    name: str,
+    title: str,
+    columns: list[tuple[str, bool]],
+    rows: list[list[dict]],
+    foot: list[dict] | None = None,
+) -> dict:
+    return {
+        "name": name,
+        "title": title,
+        "columns": [{"label": l, "num": n} for l, n in columns],
+        "rows": rows,
+        "foot": foot,
+    }
 
 
-def chart(chart_id: str, kind: str, label: str, labels: list[str], datasets: list[dict], **options) -> dict:
+def chart(
+    chart_id: str, kind: str, label: str, labels: list[str], datasets: list[dict], **options
+) -> dict:
     """Chart data for reports.js: kind is "stacked" (bars stacked by dataset), "hstacked"
     (horizontal stacked), "bar" or "hbar". A dataset's ``color`` is a category slug (its
     CSS variable ``--chart-<slug>``) or "neutral"."""
-    return {"id": chart_id, "kind": kind, "label": label, "labels": labels, "datasets": datasets, **options}
+    return {
+        "id": chart_id,
+        "kind": kind,
+        "label": label,
+        "labels": labels,
+        "datasets": datasets,
+        **options,
+    }
 
 
 def period_label(since: str, granularity: str) -> str:
@@ -123,7 +169,10 @@ class Links:
         self.f = f
 
     def __call__(self, *, since: str | None = None, until: str | None = None, **extra) -> str:
-        params: dict[str, str] = {"since": since or iso(self.f.since), "until": until or iso(self.f.until)}
+        params: dict[str, str] = {
+            "since": since or iso(self.f.since),
+            "until": until or iso(self.f.until),
+        }
         if self.f.tool:
             params["tool"] = self.f.tool
         if self.f.agent_id is not None:
@@ -136,47 +185,102 @@ class Links:
 
 # --- the cards of each page ----------------------------------------------------------------
 
+
 def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
     data = reports.report_categories(project=project, f=f)
     labels = [period_label(p["since"], f.granularity) for p in data["periods"]]
-    columns = [("Period (UTC)", False)] + [(s["label"], True) for s in data["series"]] + [("Total", True)]
+    columns = (
+        [("Period (UTC)", False)] + [(s["label"], True) for s in data["series"]] + [("Total", True)]
+    )
     rows = []
     for i, p in enumerate(data["periods"]):
         row = [text(labels[i], mono=False)]
         for s in data["series"]:
-            row.append(num(s["counts"][i], link(since=p["since"], until=p["until"], category=s["category"])))
+            row.append(
+                num(
+                    s["counts"][i], link(since=p["since"], until=p["until"], category=s["category"])
+                )
+            )
         row.append(num(data["totals"][i], link(since=p["since"], until=p["until"])))
         rows.append(row)
-    foot = [text("Total")] + [num(s["total"], link(category=s["category"])) for s in data["series"]] + [num(data["total"], link())]
+    foot = (
+        [text("Total")]
+        + [num(s["total"], link(category=s["category"])) for s in data["series"]]
+        + [num(data["total"], link())]
+    )
     cat_table = table("categories", "Calls per category and period", columns, rows, foot)
     cat_chart = chart(
-        "chart-categories", "stacked", f"Stacked bar chart of calls per category per {f.granularity}; the table below has the numbers.",
-        labels, [{"label": s["label"], "color": s["category"] or "neutral", "data": s["counts"]} for s in data["series"]],
+        "chart-categories",
+        "stacked",
+        f"Stacked bar chart of calls per category per {f.granularity}; the table below has the numbers.",
+        labels,
+        [
+            {"label": s["label"], "color": s["category"] or "neutral", "data": s["counts"]}
+            for s in data["series"]
+        ],
         value_title="Calls",
     )
     routes = reports.report_routes(project=project, f=f)
     route_table = table(
-        "routes", "Calls per route", [("Route", False), ("Calls", True), ("Share", True)],
-        [[text(r["label"] if r["route"] else "—", link(route=r["route"]) if r["route"] else None, mono=False),
-          num(r["calls"], link(route=r["route"]) if r["route"] else None), pct(r["share"])] for r in routes["rows"]],
+        "routes",
+        "Calls per route",
+        [("Route", False), ("Calls", True), ("Share", True)],
+        [
+            [
+                text(
+                    r["label"] if r["route"] else "—",
+                    link(route=r["route"]) if r["route"] else None,
+                    mono=False,
+                ),
+                num(r["calls"], link(route=r["route"]) if r["route"] else None),
+                pct(r["share"]),
+            ]
+            for r in routes["rows"]
+        ],
         [text("Total"), num(routes["total"], link()), pct(1.0 if routes["total"] else None)],
     )
-    route_chart = chart("chart-routes", "hbar", "Bar chart of calls per route; the table beside it has the numbers.",
-                        [r["label"] for r in routes["rows"]], [{"label": "Calls", "color": "neutral", "data": [r["calls"] for r in routes["rows"]]}])
+    route_chart = chart(
+        "chart-routes",
+        "hbar",
+        "Bar chart of calls per route; the table beside it has the numbers.",
+        [r["label"] for r in routes["rows"]],
+        [{"label": "Calls", "color": "neutral", "data": [r["calls"] for r in routes["rows"]]}],
+    )
     totals = {s["category"]: s["total"] for s in data["series"]}
     not_ok = sum(n for c, n in totals.items() if c not in reports.GOOD_CATEGORIES)
     tiles = [
         {"label": plural(data["total"], "call"), "value": f"{data['total']:,}", "href": link()},
-        {"label": "not ok", "value": f"{not_ok:,}", "note": f"{not_ok / data['total'] * 100:.1f}%" if data["total"] else ""},
-        {"label": "argument errors + hallucinations",
-         "value": f"{totals.get('argument_error', 0) + totals.get('hallucination', 0):,}"},
-        {"label": plural(totals.get("unknown_outcome", 0), "unknown outcome"), "value": f"{totals.get('unknown_outcome', 0):,}",
-         "href": link(category="unknown_outcome")},
+        {
+            "label": "not ok",
+            "value": f"{not_ok:,}",
+            "note": f"{not_ok / data['total'] * 100:.1f}%" if data["total"] else "",
+        },
+        {
+            "label": "argument errors + hallucinations",
+            "value": f"{totals.get('argument_error', 0) + totals.get('hallucination', 0):,}",
+        },
+        {
+            "label": plural(totals.get("unknown_outcome", 0), "unknown outcome"),
+            "value": f"{totals.get('unknown_outcome', 0):,}",
+            "href": link(category="unknown_outcome"),
+        },
     ]
     return [
-        {"title": "Categories over time", "tiles": tiles, "chart": cat_chart, "table": cat_table, "layout": "stack",
-         "empty": not data["total"]},
-        {"title": "Routes taken", "chart": route_chart, "table": route_table, "layout": "side", "empty": not routes["total"]},
+        {
+            "title": "Categories over time",
+            "tiles": tiles,
+            "chart": cat_chart,
+            "table": cat_table,
+            "layout": "stack",
+            "empty": not data["total"],
+        },
+        {
+            "title": "Routes taken",
+            "chart": route_chart,
+            "table": route_table,
+            "layout": "side",
+            "empty": not routes["total"],
+        },
     ]
 
 
@@ -184,172 +288,542 @@ def cards_reasons(project, f: ReportFilters, link: Links) -> list[dict]:
     data = reports.report_reasons(project=project, f=f)
     prev = data["previous"]
     rows = [
-        [text(r["reason"] or "—", link(reason=r["reason"]) if r["reason"] else None, badge=r["category"] or None),
-         text(CATEGORY_LABEL.get(r["category"], "—"), nowrap=True),
-         num(r["calls"], link(reason=r["reason"]) if r["reason"] else None), pct(r["share"]),
-         num(r["previous_calls"], link(since=prev["since"], until=prev["until"], reason=r["reason"]) if r["reason"] else None),
-         signed(r["change"], r["change_ratio"], bad=r["category"] not in reports.GOOD_CATEGORIES)]
+        [
+            text(
+                r["reason"] or "—",
+                link(reason=r["reason"]) if r["reason"] else None,
+                badge=r["category"] or None,
+            ),
+            text(CATEGORY_LABEL.get(r["category"], "—"), nowrap=True),
+            num(r["calls"], link(reason=r["reason"]) if r["reason"] else None),
+            pct(r["share"]),
+            num(
+                r["previous_calls"],
+                link(since=prev["since"], until=prev["until"], reason=r["reason"])
+                if r["reason"]
+                else None,
+            ),
+            signed(
+                r["change"], r["change_ratio"], bad=r["category"] not in reports.GOOD_CATEGORIES
+            ),
+        ]
         for r in data["rows"]
     ]
-    change_ratio = ((data["total"] - data["previous_total"]) / data["previous_total"]) if data["previous_total"] else None
-    t = table("reasons", "Calls per reason", [("Reason", False), ("Category", False), ("Calls", True), ("Share", True),
-                                              ("Previous period", True), ("Change", True)], rows,
-              [text("Total"), text(""), num(data["total"], link()), pct(1.0 if data["total"] else None),
-               num(data["previous_total"], link(since=prev["since"], until=prev["until"])),
-               signed(data["total"] - data["previous_total"], change_ratio, bad=False)])
+    change_ratio = (
+        ((data["total"] - data["previous_total"]) / data["previous_total"])
+        if data["previous_total"]
+        else None
+    )
+    t = table(
+        "reasons",
+        "Calls per reason",
+        [
+            ("Reason", False),
+            ("Category", False),
+            ("Calls", True),
+            ("Share", True),
+            ("Previous period", True),
+            ("Change", True),
+        ],
+        rows,
+        [
+            text("Total"),
+            text(""),
+            num(data["total"], link()),
+            pct(1.0 if data["total"] else None),
+            num(data["previous_total"], link(since=prev["since"], until=prev["until"])),
+            signed(data["total"] - data["previous_total"], change_ratio, bad=False),
+        ],
+    )
     top = [r for r in data["rows"] if r["calls"]][:15]
-    c = chart("chart-reasons", "hbar", "Bar chart of the 15 most frequent reasons; the table has every reason.",
-              [r["reason"] or "—" for r in top],
-              [{"label": "Calls", "color": "per-row", "colors": [r["category"] or "neutral" for r in top], "data": [r["calls"] for r in top]}])
-    return [{"title": "Reasons", "subtitle": f"compared with the previous period, {when(prev['since'])} – {when(prev['until'])} UTC",
-             "chart": c, "table": t, "layout": "side wide-table", "empty": not data["total"] and not data["previous_total"]}]
+    c = chart(
+        "chart-reasons",
+        "hbar",
+        "Bar chart of the 15 most frequent reasons; the table has every reason.",
+        [r["reason"] or "—" for r in top],
+        [
+            {
+                "label": "Calls",
+                "color": "per-row",
+                "colors": [r["category"] or "neutral" for r in top],
+                "data": [r["calls"] for r in top],
+            }
+        ],
+    )
+    return [
+        {
+            "title": "Reasons",
+            "subtitle": f"compared with the previous period, {when(prev['since'])} – {when(prev['until'])} UTC",
+            "chart": c,
+            "table": t,
+            "layout": "side wide-table",
+            "empty": not data["total"] and not data["previous_total"],
+        }
+    ]
 
 
-def _by_group_card(name: str, title: str, data: dict, key_cell: Callable[[dict], dict], filter_of: Callable[[dict], dict], link: Links) -> dict:
+def _by_group_card(
+    name: str,
+    title: str,
+    data: dict,
+    key_cell: Callable[[dict], dict],
+    filter_of: Callable[[dict], dict],
+    link: Links,
+) -> dict:
     cats = data["categories"]
-    columns = [(title, False), ("Calls", True), ("Not ok", True), ("Not-ok share", True), ("Attempts", True),
-               ("Duplicates prevented", True)] + [(CATEGORY_LABEL.get(c, "Unclassified"), True) for c in cats]
+    columns = [
+        (title, False),
+        ("Calls", True),
+        ("Not ok", True),
+        ("Not-ok share", True),
+        ("Attempts", True),
+        ("Duplicates prevented", True),
+    ] + [(CATEGORY_LABEL.get(c, "Unclassified"), True) for c in cats]
     rows = []
     for r in data["rows"]:
         extra = filter_of(r)
-        rows.append([key_cell(r), num(r["calls"], link(**extra)), num(r["not_ok"]), pct(r["not_ok_share"]), num(r["attempts"]),
-                     num(r["duplicates_suppressed"])]
-                    + [num(r["by_category"].get(c, 0), link(category=c, **extra)) for c in cats])
+        rows.append(
+            [
+                key_cell(r),
+                num(r["calls"], link(**extra)),
+                num(r["not_ok"]),
+                pct(r["not_ok_share"]),
+                num(r["attempts"]),
+                num(r["duplicates_suppressed"]),
+            ]
+            + [num(r["by_category"].get(c, 0), link(category=c, **extra)) for c in cats]
+        )
     top = data["rows"][:20]
-    c = chart(f"chart-{name}", "hstacked", f"Horizontal stacked bars of calls per {title.lower()} and category; the table has the numbers.",
-              [key_cell(r)["text"] for r in top],
-              [{"label": CATEGORY_LABEL.get(cat, "Unclassified"), "color": cat or "neutral", "data": [r["by_category"].get(cat, 0) for r in top]}
-               for cat in cats])
-    return {"title": f"By {title.lower()}", "chart": c, "table": table(name, f"Calls per {title.lower()}", columns, rows),
-            "layout": "stack", "empty": not data["rows"]}
+    c = chart(
+        f"chart-{name}",
+        "hstacked",
+        f"Horizontal stacked bars of calls per {title.lower()} and category; the table has the numbers.",
+        [key_cell(r)["text"] for r in top],
+        [
+            {
+                "label": CATEGORY_LABEL.get(cat, "Unclassified"),
+                "color": cat or "neutral",
+                "data": [r["by_category"].get(cat, 0) for r in top],
+            }
+            for cat in cats
+        ],
+    )
+    return {
+        "title": f"By {title.lower()}",
+        "chart": c,
+        "table": table(name, f"Calls per {title.lower()}", columns, rows),
+        "layout": "stack",
+        "empty": not data["rows"],
+    }
 
 
 def cards_tools(project, f: ReportFilters, link: Links) -> list[dict]:
     data = reports.report_tools(project=project, f=f)
-    card = _by_group_card("tools", "Tool", data, lambda r: text(r["tool"] or "(no tool name)", link(tool=r["tool"]) if r["tool"] else None, mono=True),
-                          lambda r: {"tool": r["tool"]} if r["tool"] else {}, link)
+    card = _by_group_card(
+        "tools",
+        "Tool",
+        data,
+        lambda r: text(
+            r["tool"] or "(no tool name)", link(tool=r["tool"]) if r["tool"] else None, mono=True
+        ),
+        lambda r: {"tool": r["tool"]} if r["tool"] else {},
+        link,
+    )
     quality = reports.report_contracts(project=project, f=f)
     rows = [
-        [text(r["tool"], link(tool=r["tool"]), mono=True), text(f"v{r['version']}"), num(r["lint_score"]), num(r["lint_findings"]),
-         num(r["calls"], link(tool=r["tool"])),
-         num(r["argument_errors"], link(tool=r["tool"], category="argument_error")), pct(r["argument_error_rate"]),
-         num(r["hallucinations"], link(tool=r["tool"], category="hallucination")), pct(r["hallucination_rate"])]
+        [
+            text(r["tool"], link(tool=r["tool"]), mono=True),
+            text(f"v{r['version']}"),
+            num(r["lint_score"]),
+            num(r["lint_findings"]),
+            num(r["calls"], link(tool=r["tool"])),
+            num(r["argument_errors"], link(tool=r["tool"], category="argument_error")),
+            pct(r["argument_error_rate"]),
+            num(r["hallucinations"], link(tool=r["tool"], category="hallucination")),
+            pct(r["hallucination_rate"]),
+        ]
         for r in quality["rows"]
     ]
-    qt = table("contracts", "Contract quality per tool version",
-               [("Tool", False), ("Version", False), ("Lint score", True), ("Findings", True), ("Calls", True),
-                ("Argument errors", True), ("Rate", True), ("Hallucinations", True), ("Rate", True)], rows)
+    qt = table(
+        "contracts",
+        "Contract quality per tool version",
+        [
+            ("Tool", False),
+            ("Version", False),
+            ("Lint score", True),
+            ("Findings", True),
+            ("Calls", True),
+            ("Argument errors", True),
+            ("Rate", True),
+            ("Hallucinations", True),
+            ("Rate", True),
+        ],
+        rows,
+    )
     used = [r for r in quality["rows"] if r["calls"]][:20]
-    qc = chart("chart-contracts", "quality", "Bar chart of lint score (0–100) beside the argument-error and hallucination rate (%) per tool version; the table has the numbers.",
-               [f"{r['tool']} v{r['version']}" for r in used],
-               [{"label": "Lint score", "color": "neutral", "data": [r["lint_score"] for r in used]},
-                {"label": "Argument-error rate %", "color": "argument_error", "data": [round((r["argument_error_rate"] or 0) * 100, 1) for r in used]},
-                {"label": "Hallucination rate %", "color": "hallucination", "data": [round((r["hallucination_rate"] or 0) * 100, 1) for r in used]}])
+    qc = chart(
+        "chart-contracts",
+        "quality",
+        "Bar chart of lint score (0–100) beside the argument-error and hallucination rate (%) per tool version; the table has the numbers.",
+        [f"{r['tool']} v{r['version']}" for r in used],
+        [
+            {"label": "Lint score", "color": "neutral", "data": [r["lint_score"] for r in used]},
+            {
+                "label": "Argument-error rate %",
+                "color": "argument_error",
+                "data": [round((r["argument_error_rate"] or 0) * 100, 1) for r in used],
+            },
+            {
+                "label": "Hallucination rate %",
+                "color": "hallucination",
+                "data": [round((r["hallucination_rate"] or 0) * 100, 1) for r in used],
+            },
+        ],
+    )
     note = "Call links of a version show every version of the tool (the calls list filters by tool name)."
-    return [card, {"title": "Contract quality", "subtitle": note, "chart": qc, "table": qt, "layout": "stack", "empty": not quality["rows"]}]
+    return [
+        card,
+        {
+            "title": "Contract quality",
+            "subtitle": note,
+            "chart": qc,
+            "table": qt,
+            "layout": "stack",
+            "empty": not quality["rows"],
+        },
+    ]
 
 
 def cards_agents(project, f: ReportFilters, link: Links) -> list[dict]:
     data = reports.report_agents(project=project, f=f)
-    return [_by_group_card("agents", "Agent", data, lambda r: text(r["agent"], link(agent=r["agent_id"])),
-                           lambda r: {"agent": r["agent_id"]}, link)]
+    return [
+        _by_group_card(
+            "agents",
+            "Agent",
+            data,
+            lambda r: text(r["agent"], link(agent=r["agent_id"])),
+            lambda r: {"agent": r["agent_id"]},
+            link,
+        )
+    ]
 
 
 def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
     retries = reports.report_retries(project=project, f=f)
-    outcome_link = {"succeeded": None, "still_retrying": link(category="transient"),
-                    "retry_exhausted": link(reason="retry_exhausted"), "other": None}
-    outcome_label = {"succeeded": "Succeeded later", "still_retrying": "Still retrying", "retry_exhausted": "Retries exhausted",
-                     "other": "Ended otherwise"}
-    outcome_color = {"succeeded": "ok", "still_retrying": "transient", "retry_exhausted": "exhausted", "other": "neutral"}
-    rt = table("retries", "Calls that needed a retry, by outcome", [("Outcome", False), ("Calls", True), ("Share", True)],
-               [[text(outcome_label[o["outcome"]], badge=outcome_color[o["outcome"]] if outcome_color[o["outcome"]] != "neutral" else None),
-                 num(o["calls"], outcome_link[o["outcome"]]), pct(reports._share(o["calls"], retries["total"]))]
-                for o in retries["outcomes"]],
-               [text("Total"), num(retries["total"]), pct(1.0 if retries["total"] else None)])
-    at = table("attempts", "Attempts used by those calls", [("Attempts", True), ("Calls", True)],
-               [[{"text": a["attempts"], "value": a["attempts"], "num": True}, num(a["calls"])] for a in retries["attempts"]])
-    rc = chart("chart-retries", "bar", "Bar chart of attempts used by calls that needed a retry; the table beside it has the numbers.",
-               [a["attempts"] for a in retries["attempts"]], [{"label": "Calls", "color": "transient", "data": [a["calls"] for a in retries["attempts"]]}],
-               label_title="Attempts used", value_title="Calls")
+    outcome_link = {
+        "succeeded": None,
+        "still_retrying": link(category="transient"),
+        "retry_exhausted": link(reason="retry_exhausted"),
+        "other": None,
+    }
+    outcome_label = {
+        "succeeded": "Succeeded later",
+        "still_retrying": "Still retrying",
+        "retry_exhausted": "Retries exhausted",
+        "other": "Ended otherwise",
+    }
+    outcome_color = {
+        "succeeded": "ok",
+        "still_retrying": "transient",
+        "retry_exhausted": "exhausted",
+        "other": "neutral",
+    }
+    rt = table(
+        "retries",
+        "Calls that needed a retry, by outcome",
+        [("Outcome", False), ("Calls", True), ("Share", True)],
+        [
+            [
+                text(
+                    outcome_label[o["outcome"]],
+                    badge=outcome_color[o["outcome"]]
+                    if outcome_color[o["outcome"]] != "neutral"
+                    else None,
+                ),
+                num(o["calls"], outcome_link[o["outcome"]]),
+                pct(reports._share(o["calls"], retries["total"])),
+            ]
+            for o in retries["outcomes"]
+        ],
+        [text("Total"), num(retries["total"]), pct(1.0 if retries["total"] else None)],
+    )
+    at = table(
+        "attempts",
+        "Attempts used by those calls",
+        [("Attempts", True), ("Calls", True)],
+        [
+            [{"text": a["attempts"], "value": a["attempts"], "num": True}, num(a["calls"])]
+            for a in retries["attempts"]
+        ],
+    )
+    rc = chart(
+        "chart-retries",
+        "bar",
+        "Bar chart of attempts used by calls that needed a retry; the table beside it has the numbers.",
+        [a["attempts"] for a in retries["attempts"]],
+        [
+            {
+                "label": "Calls",
+                "color": "transient",
+                "data": [a["calls"] for a in retries["attempts"]],
+            }
+        ],
+        label_title="Attempts used",
+        value_title="Calls",
+    )
     unknown = reports.report_unknown_outcomes(project=project, f=f)
-    ut = table("unknown_outcomes", "Unknown outcomes by current reason",
-               [("Reason now", False), ("Settled by reconciliation", True), ("Settled by a human", True), ("Still open", True), ("Calls", True)],
-               [[text(r["reason"] or "—", link(reason=r["reason"]) if r["reason"] else None, badge=r["category"] or None),
-                 num(r["by_reconciliation"]), num(r["by_human"]), num(r["open"]), num(r["calls"], link(reason=r["reason"]) if r["reason"] else None)]
-                for r in unknown["rows"]],
-               [text("Total"), num(unknown["by_reconciliation"]), num(unknown["by_human"]), num(unknown["open"]), num(unknown["total"])])
-    uc = chart("chart-unknown", "hstacked", "Stacked bar of unknown outcomes settled by reconciliation, by a human, or still open; the table has the numbers.",
-               ["Unknown outcomes"],
-               [{"label": "Settled by reconciliation", "color": "reconciliation", "data": [unknown["by_reconciliation"]]},
-                {"label": "Settled by a human", "color": "approval", "data": [unknown["by_human"]]},
-                {"label": "Still open", "color": "unknown_outcome", "data": [unknown["open"]]}], short=True)
+    ut = table(
+        "unknown_outcomes",
+        "Unknown outcomes by current reason",
+        [
+            ("Reason now", False),
+            ("Settled by reconciliation", True),
+            ("Settled by a human", True),
+            ("Still open", True),
+            ("Calls", True),
+        ],
+        [
+            [
+                text(
+                    r["reason"] or "—",
+                    link(reason=r["reason"]) if r["reason"] else None,
+                    badge=r["category"] or None,
+                ),
+                num(r["by_reconciliation"]),
+                num(r["by_human"]),
+                num(r["open"]),
+                num(r["calls"], link(reason=r["reason"]) if r["reason"] else None),
+            ]
+            for r in unknown["rows"]
+        ],
+        [
+            text("Total"),
+            num(unknown["by_reconciliation"]),
+            num(unknown["by_human"]),
+            num(unknown["open"]),
+            num(unknown["total"]),
+        ],
+    )
+    uc = chart(
+        "chart-unknown",
+        "hstacked",
+        "Stacked bar of unknown outcomes settled by reconciliation, by a human, or still open; the table has the numbers.",
+        ["Unknown outcomes"],
+        [
+            {
+                "label": "Settled by reconciliation",
+                "color": "reconciliation",
+                "data": [unknown["by_reconciliation"]],
+            },
+            {"label": "Settled by a human", "color": "approval", "data": [unknown["by_human"]]},
+            {"label": "Still open", "color": "unknown_outcome", "data": [unknown["open"]]},
+        ],
+        short=True,
+    )
     dups = reports.report_duplicates(project=project, f=f)
-    dt = table("duplicates", "Duplicate writes prevented per tool", [("Tool", False), ("Repeats answered with the receipt", True), ("Calls ending duplicate_suppressed", True)],
-               [[text(r["tool"] or "(no tool name)", link(tool=r["tool"]) if r["tool"] else None, mono=True), num(r["prevented"]),
-                 num(r["calls"], link(tool=r["tool"] or None, reason="duplicate_suppressed"))] for r in dups["rows"]],
-               [text("Total"), num(dups["total"]), num(dups["calls_with_reason"], link(reason="duplicate_suppressed"))])
-    dc = chart("chart-duplicates", "bar", f"Bar chart of duplicate writes prevented per {f.granularity}; the table has the totals per tool.",
-               [period_label(p["since"], f.granularity) for p in dups["periods"]],
-               [{"label": "Duplicates prevented", "color": "duplicate", "data": [p["prevented"] for p in dups["periods"]]}],
-               value_title="Duplicates prevented")
+    dt = table(
+        "duplicates",
+        "Duplicate writes prevented per tool",
+        [
+            ("Tool", False),
+            ("Repeats answered with the receipt", True),
+            ("Calls ending duplicate_suppressed", True),
+        ],
+        [
+            [
+                text(
+                    r["tool"] or "(no tool name)",
+                    link(tool=r["tool"]) if r["tool"] else None,
+                    mono=True,
+                ),
+                num(r["prevented"]),
+                num(r["calls"], link(tool=r["tool"] or None, reason="duplicate_suppressed")),
+            ]
+            for r in dups["rows"]
+        ],
+        [
+            text("Total"),
+            num(dups["total"]),
+            num(dups["calls_with_reason"], link(reason="duplicate_suppressed")),
+        ],
+    )
+    dc = chart(
+        "chart-duplicates",
+        "bar",
+        f"Bar chart of duplicate writes prevented per {f.granularity}; the table has the totals per tool.",
+        [period_label(p["since"], f.granularity) for p in dups["periods"]],
+        [
+            {
+                "label": "Duplicates prevented",
+                "color": "duplicate",
+                "data": [p["prevented"] for p in dups["periods"]],
+            }
+        ],
+        value_title="Duplicates prevented",
+    )
     return [
-        {"title": "Retries", "tiles": [
-            {"label": f"{plural(retries['total'], 'call')} needed a retry", "value": f"{retries['total']:,}"},
-            {"label": "succeeded later", "value": pct(retries["succeeded_share"])["text"], "note": counted(retries["succeeded"], "call")},
-            {"label": "retries exhausted", "value": f"{retries['exhausted']:,}", "href": link(reason="retry_exhausted")},
-         ], "chart": rc, "table": rt, "table2": at, "layout": "side", "empty": not retries["total"]},
-        {"title": "Unknown outcomes", "tiles": [
-            {"label": "settled by reconciliation", "value": f"{unknown['by_reconciliation']:,}"},
-            {"label": "settled by a human", "value": f"{unknown['by_human']:,}"},
-            {"label": "still open", "value": f"{unknown['open']:,}"},
-         ], "chart": uc, "table": ut, "layout": "side", "empty": not unknown["total"]},
-        {"title": "Duplicate writes prevented", "tiles": [{"label": f"{plural(dups['total'], 'duplicate')} prevented", "value": f"{dups['total']:,}"}],
-         "chart": dc, "table": dt, "layout": "side", "empty": not dups["total"] and not dups["calls_with_reason"]},
+        {
+            "title": "Retries",
+            "tiles": [
+                {
+                    "label": f"{plural(retries['total'], 'call')} needed a retry",
+                    "value": f"{retries['total']:,}",
+                },
+                {
+                    "label": "succeeded later",
+                    "value": pct(retries["succeeded_share"])["text"],
+                    "note": counted(retries["succeeded"], "call"),
+                },
+                {
+                    "label": "retries exhausted",
+                    "value": f"{retries['exhausted']:,}",
+                    "href": link(reason="retry_exhausted"),
+                },
+            ],
+            "chart": rc,
+            "table": rt,
+            "table2": at,
+            "layout": "side",
+            "empty": not retries["total"],
+        },
+        {
+            "title": "Unknown outcomes",
+            "tiles": [
+                {
+                    "label": "settled by reconciliation",
+                    "value": f"{unknown['by_reconciliation']:,}",
+                },
+                {"label": "settled by a human", "value": f"{unknown['by_human']:,}"},
+                {"label": "still open", "value": f"{unknown['open']:,}"},
+            ],
+            "chart": uc,
+            "table": ut,
+            "layout": "side",
+            "empty": not unknown["total"],
+        },
+        {
+            "title": "Duplicate writes prevented",
+            "tiles": [
+                {
+                    "label": f"{plural(dups['total'], 'duplicate')} prevented",
+                    "value": f"{dups['total']:,}",
+                }
+            ],
+            "chart": dc,
+            "table": dt,
+            "layout": "side",
+            "empty": not dups["total"] and not dups["calls_with_reason"],
+        },
     ]
 
 
 def cards_review(project, f: ReportFilters, link: Links) -> list[dict]:
     data = reports.report_review(project=project, f=f)
     if not data["available"]:
-        return [{"title": "Review health", "empty": True, "empty_text": "The review queue is not installed."}]
+        return [
+            {
+                "title": "Review health",
+                "empty": True,
+                "empty_text": "The review queue is not installed.",
+            }
+        ]
     try:
         queue = reverse("reviews:queue", args=[project.slug])
     except NoReverseMatch:
         queue = None
-    at = table("review_open_by_age", "Open items by age (now)", [("Age", False), ("Items", True)],
-               [[text(b["label"]), num(b["items"])] for b in data["open_by_age"]],
-               [text("Total"), num(data["open_total"], queue)])
-    ac = chart("chart-review-age", "bar", "Bar chart of open review items by age; the table beside it has the numbers.",
-               [b["label"] for b in data["open_by_age"]], [{"label": "Open items", "color": "approval", "data": [b["items"] for b in data["open_by_age"]]}],
-               label_title="Age of the open item", value_title="Items")
-    dt = table("review_decisions", "Decisions in the range by type", [("Decision", False), ("Items", True), ("Share", True)],
-               [[text(d["resolution"].replace("_", " ")), num(d["items"]), pct(reports._share(d["items"], data["decided"]))] for d in data["decisions"]],
-               [text("Total"), num(data["decided"]), pct(1.0 if data["decided"] else None)])
-    dc = chart("chart-review-decisions", "hbar", "Bar chart of review decisions by type; the table beside it has the numbers.",
-               [d["resolution"].replace("_", " ") for d in data["decisions"]], [{"label": "Items", "color": "neutral", "data": [d["items"] for d in data["decisions"]]}])
+    at = table(
+        "review_open_by_age",
+        "Open items by age (now)",
+        [("Age", False), ("Items", True)],
+        [[text(b["label"]), num(b["items"])] for b in data["open_by_age"]],
+        [text("Total"), num(data["open_total"], queue)],
+    )
+    ac = chart(
+        "chart-review-age",
+        "bar",
+        "Bar chart of open review items by age; the table beside it has the numbers.",
+        [b["label"] for b in data["open_by_age"]],
+        [
+            {
+                "label": "Open items",
+                "color": "approval",
+                "data": [b["items"] for b in data["open_by_age"]],
+            }
+        ],
+        label_title="Age of the open item",
+        value_title="Items",
+    )
+    dt = table(
+        "review_decisions",
+        "Decisions in the range by type",
+        [("Decision", False), ("Items", True), ("Share", True)],
+        [
+            [
+                text(d["resolution"].replace("_", " ")),
+                num(d["items"]),
+                pct(reports._share(d["items"], data["decided"])),
+            ]
+            for d in data["decisions"]
+        ],
+        [text("Total"), num(data["decided"]), pct(1.0 if data["decided"] else None)],
+    )
+    dc = chart(
+        "chart-review-decisions",
+        "hbar",
+        "Bar chart of review decisions by type; the table beside it has the numbers.",
+        [d["resolution"].replace("_", " ") for d in data["decisions"]],
+        [{"label": "Items", "color": "neutral", "data": [d["items"] for d in data["decisions"]]}],
+    )
     tiles = [
-        {"label": f"open {plural(data['open_total'], 'item')}", "value": f"{data['open_total']:,}", "href": queue},
-        {"label": "time to decision, median", "value": duration(data["median_seconds"])["text"],
-         "note": f"over {counted(data['human_decided'], 'human decision')}"},
+        {
+            "label": f"open {plural(data['open_total'], 'item')}",
+            "value": f"{data['open_total']:,}",
+            "href": queue,
+        },
+        {
+            "label": "time to decision, median",
+            "value": duration(data["median_seconds"])["text"],
+            "note": f"over {counted(data['human_decided'], 'human decision')}",
+        },
         {"label": "time to decision, p90", "value": duration(data["p90_seconds"])["text"]},
-        {"label": plural(data["overrides"], "override"), "value": "—" if data["overrides"] is None else f"{data['overrides']:,}",
-         "note": "approvals that skipped the reconciliation guard"},
+        {
+            "label": plural(data["overrides"], "override"),
+            "value": "—" if data["overrides"] is None else f"{data['overrides']:,}",
+            "note": "approvals that skipped the reconciliation guard",
+        },
     ]
     return [
-        {"title": "Open items", "tiles": tiles, "chart": ac, "table": at, "layout": "side", "empty": False},
-        {"title": "Decisions", "chart": dc, "table": dt, "layout": "side", "empty": not data["decided"],
-         "empty_text": "No review decisions in this range."},
+        {
+            "title": "Open items",
+            "tiles": tiles,
+            "chart": ac,
+            "table": at,
+            "layout": "side",
+            "empty": False,
+        },
+        {
+            "title": "Decisions",
+            "chart": dc,
+            "table": dt,
+            "layout": "side",
+            "empty": not data["decided"],
+            "empty_text": "No review decisions in this range.",
+        },
     ]
 
 
 BUILDERS = {
-    "overview": cards_overview, "reasons": cards_reasons, "tools": cards_tools, "agents": cards_agents,
-    "reliability": cards_reliability, "review": cards_review,
+    "overview": cards_overview,
+    "reasons": cards_reasons,
+    "tools": cards_tools,
+    "agents": cards_agents,
+    "reliability": cards_reliability,
+    "review": cards_review,
 }
 
 
 # --- rendering ------------------------------------------------------------------------------
+
 
 def _csv_safe(value):
     """Numbers as they are; text starting with a formula character gets a leading quote."""
@@ -369,17 +843,34 @@ def table_csv(t: dict, *, filename: str) -> HttpResponse:
 
 
 def _filter_choices(project) -> dict:
-    tools = set(CallRollup.objects.filter(project=project).values_list("tool_name", flat=True).distinct().order_by())
-    tools |= set(ToolContract.objects.filter(project=project).values_list("name", flat=True).distinct().order_by())
+    tools = set(
+        CallRollup.objects.filter(project=project)
+        .values_list("tool_name", flat=True)
+        .distinct()
+        .order_by()
+    )
+    tools |= set(
+        ToolContract.objects.filter(project=project)
+        .values_list("name", flat=True)
+        .distinct()
+        .order_by()
+    )
     return {
         "tools": sorted(t for t in tools if t),
-        "agents": list(Agent.objects.filter(project=project).values_list("id", "name").order_by("name")),
+        "agents": list(
+            Agent.objects.filter(project=project).values_list("id", "name").order_by("name")
+        ),
     }
 
 
 def _report_page(request: HttpRequest, section: str) -> HttpResponse:
     project = request.project
-    context = {"nav_active": "reports", "section": section, "choices": _filter_choices(project), "as_of": _as_of()}
+    context = {
+        "nav_active": "reports",
+        "section": section,
+        "choices": _filter_choices(project),
+        "as_of": _as_of(),
+    }
     try:
         f = reports.report_filters_parse(request.GET, project=project)
     except ReportFilterError as exc:
@@ -393,22 +884,31 @@ def _report_page(request: HttpRequest, section: str) -> HttpResponse:
             for key in ("table", "table2"):
                 t = card.get(key)
                 if t and t["name"] == name:
-                    return table_csv(t, filename=f"{project.slug}-{name}-{f.since:%Y%m%dT%H}-{f.until:%Y%m%dT%H}.csv")
+                    return table_csv(
+                        t,
+                        filename=f"{project.slug}-{name}-{f.since:%Y%m%dT%H}-{f.until:%Y%m%dT%H}.csv",
+                    )
         raise Http404("No such table on this page.")
     for card in cards:
         for key in ("table", "table2"):
             if card.get(key):
-                card[key]["csv"] = "?" + urlencode({**params, "format": "csv", "table": card[key]["name"]})
-    context.update({
-        "f": f,
-        "cards": cards,
-        "charts": [card["chart"] for card in cards if card.get("chart") and not card.get("empty")],
-        "sections": _sections(project, params),
-        "since_local": f.since.strftime("%Y-%m-%dT%H:%M"),
-        "until_local": f.until.strftime("%Y-%m-%dT%H:%M"),
-        "presets": _presets(request, params),
-        "title": dict((k, label) for k, label, _ in SECTIONS)[section],
-    })
+                card[key]["csv"] = "?" + urlencode(
+                    {**params, "format": "csv", "table": card[key]["name"]}
+                )
+    context.update(
+        {
+            "f": f,
+            "cards": cards,
+            "charts": [
+                card["chart"] for card in cards if card.get("chart") and not card.get("empty")
+            ],
+            "sections": _sections(project, params),
+            "since_local": f.since.strftime("%Y-%m-%dT%H:%M"),
+            "until_local": f.until.strftime("%Y-%m-%dT%H:%M"),
+            "presets": _presets(request, params),
+            "title": dict((k, label) for k, label, _ in SECTIONS)[section],
+        }
+    )
     return render(request, "callgate/reports/page.html", context)
 
 
@@ -422,12 +922,19 @@ def _as_of() -> dict:
         return {"moment": None, "iso": "", "text": "unknown"}
     moment = moment.astimezone(reports.UTC)
     same_day = moment.date() == timezone.now().astimezone(reports.UTC).date()
-    return {"moment": moment, "iso": iso(moment), "text": moment.strftime("%H:%M UTC" if same_day else "%a %d %b %H:%M UTC")}
+    return {
+        "moment": moment,
+        "iso": iso(moment),
+        "text": moment.strftime("%H:%M UTC" if same_day else "%a %d %b %H:%M UTC"),
+    }
 
 
 def _sections(project, params: dict) -> list[dict]:
     query = ("?" + urlencode(params)) if params else ""
-    return [{"key": key, "label": label, "url": reverse(name, args=[project.slug]) + query} for key, label, name in SECTIONS]
+    return [
+        {"key": key, "label": label, "url": reverse(name, args=[project.slug]) + query}
+        for key, label, name in SECTIONS
+    ]
 
 
 def _presets(request: HttpRequest, params: dict) -> list[dict]:
@@ -437,12 +944,22 @@ def _presets(request: HttpRequest, params: dict) -> list[dict]:
 
     until = reports._hour_ceil(timezone.now())
     out = []
-    for label, delta, gran in (("24 h", timedelta(hours=24), "hour"), ("7 days", timedelta(days=7), "day"),
-                               ("30 days", timedelta(days=30), "day"), ("90 days", timedelta(days=90), "week")):
+    for label, delta, gran in (
+        ("24 h", timedelta(hours=24), "hour"),
+        ("7 days", timedelta(days=7), "day"),
+        ("30 days", timedelta(days=30), "day"),
+        ("90 days", timedelta(days=90), "week"),
+    ):
         query = {k: v for k, v in params.items() if k in ("tool", "agent")}
         query.update({"since": iso(until - delta), "until": iso(until), "granularity": gran})
-        out.append({"label": label, "url": "?" + urlencode(query),
-                    "current": params.get("since") == query["since"] and params.get("until") == query["until"]})
+        out.append(
+            {
+                "label": label,
+                "url": "?" + urlencode(query),
+                "current": params.get("since") == query["since"]
+                and params.get("until") == query["until"],
+            }
+        )
     return out
 
 

@@ -10,6 +10,7 @@ Every selector takes ``project`` and a ``ReportFilters`` (see ``report_filters_p
 the range ``[since, until)`` in whole UTC hours, a ``granularity`` for time series and
 optional ``tool`` / ``agent_id``. Nothing here crosses projects.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,11 @@ DEFAULT_RANGE = timedelta(days=7)
 #: Categories that mean "nothing went wrong".
 GOOD_CATEGORIES = (Category.OK.value, Category.EMPTY_RESULT.value)
 OPEN_STATES = (
-    ToolCall.State.PENDING_APPROVAL, ToolCall.State.ALLOWED, ToolCall.State.RETRY_WAIT,
-    ToolCall.State.RECONCILING, ToolCall.State.IN_REVIEW,
+    ToolCall.State.PENDING_APPROVAL,
+    ToolCall.State.ALLOWED,
+    ToolCall.State.RETRY_WAIT,
+    ToolCall.State.RECONCILING,
+    ToolCall.State.IN_REVIEW,
 )
 CATEGORY_ORDER = [c.value for c in Category]
 CATEGORY_LABEL = {c.value: c.label for c in Category}
@@ -71,7 +75,11 @@ class ReportFilters:
 
     def as_params(self) -> dict[str, str]:
         """The filters as query parameters (ISO times), for links and the API."""
-        params = {"since": iso(self.since), "until": iso(self.until), "granularity": self.granularity}
+        params = {
+            "since": iso(self.since),
+            "until": iso(self.until),
+            "granularity": self.granularity,
+        }
         if self.tool:
             params["tool"] = self.tool
         if self.agent_id is not None:
@@ -80,8 +88,11 @@ class ReportFilters:
 
     def as_dict(self) -> dict:
         return {
-            "since": iso(self.since), "until": iso(self.until), "granularity": self.granularity,
-            "tool": self.tool or None, "agent": self.agent_id,
+            "since": iso(self.since),
+            "until": iso(self.until),
+            "granularity": self.granularity,
+            "tool": self.tool or None,
+            "agent": self.agent_id,
         }
 
 
@@ -114,11 +125,17 @@ def _parse_moment(name: str, raw: str, *, end: bool) -> datetime:
         if len(raw) == 10 and end:
             moment += timedelta(days=1)
     except OverflowError:
-        raise ReportFilterError(name, f"must fall between the years {MIN_YEAR} and {MAX_YEAR}, got {raw!r}") from None
+        raise ReportFilterError(
+            name, f"must fall between the years {MIN_YEAR} and {MAX_YEAR}, got {raw!r}"
+        ) from None
     except ValueError:
-        raise ReportFilterError(name, f"not a date or date-time: {raw!r} (use e.g. 2026-11-29 or 2026-11-29T10:00:00Z)") from None
+        raise ReportFilterError(
+            name, f"not a date or date-time: {raw!r} (use e.g. 2026-11-29 or 2026-11-29T10:00:00Z)"
+        ) from None
     if not MIN_YEAR <= moment.year <= MAX_YEAR:  # an offset moved it across the edge
-        raise ReportFilterError(name, f"must fall between the years {MIN_YEAR} and {MAX_YEAR}, got {raw!r}")
+        raise ReportFilterError(
+            name, f"must fall between the years {MIN_YEAR} and {MAX_YEAR}, got {raw!r}"
+        )
     return moment
 
 
@@ -127,7 +144,9 @@ def _hour_ceil(moment: datetime) -> datetime:
     return floor if floor == moment else floor + timedelta(hours=1)
 
 
-def report_filters_parse(params: Mapping[str, str], *, project: Project, now: datetime | None = None) -> ReportFilters:
+def report_filters_parse(
+    params: Mapping[str, str], *, project: Project, now: datetime | None = None
+) -> ReportFilters:
     """Parse ``since``, ``until`` (ISO date or date-time, UTC unless an offset is given;
     a date as ``until`` means the end of that day), ``granularity`` (hour/day/week),
     ``tool`` (a tool name) and ``agent`` (an agent id of ``project``). Defaults: the last
@@ -141,20 +160,35 @@ def report_filters_parse(params: Mapping[str, str], *, project: Project, now: da
     for key in FILTER_KEYS:
         if "\x00" in (params.get(key) or ""):
             raise ReportFilterError(key, "must not contain NUL characters")
-    explicit = {k: params.get(k, "") for k in ("since", "until", "granularity", "tool", "agent") if params.get(k)}
+    explicit = {
+        k: params.get(k, "")
+        for k in ("since", "until", "granularity", "tool", "agent")
+        if params.get(k)
+    }
     until = _parse_moment("until", params["until"], end=True) if params.get("until") else now
     until = _hour_ceil(until)
-    since = _parse_moment("since", params["since"], end=False) if params.get("since") else until - DEFAULT_RANGE
+    since = (
+        _parse_moment("since", params["since"], end=False)
+        if params.get("since")
+        else until - DEFAULT_RANGE
+    )
     since = hour_floor(since)
     if since >= until:
         raise ReportFilterError("since", "must be before until")
     if until - since > MAX_RANGE:
         raise ReportFilterError("since", f"the range may span at most {MAX_RANGE.days} days")
-    granularity = (params.get("granularity") or "").strip() or ("hour" if until - since <= timedelta(days=2) else "day")
+    granularity = (params.get("granularity") or "").strip() or (
+        "hour" if until - since <= timedelta(days=2) else "day"
+    )
     if granularity not in GRANULARITIES:
-        raise ReportFilterError("granularity", f"must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
+        raise ReportFilterError(
+            "granularity", f"must be one of {', '.join(GRANULARITIES)}, got {granularity!r}"
+        )
     if (until - since) / STEP[granularity] > MAX_PERIODS:
-        raise ReportFilterError("granularity", f"{granularity} gives more than {MAX_PERIODS} periods for this range; pick a coarser one")
+        raise ReportFilterError(
+            "granularity",
+            f"{granularity} gives more than {MAX_PERIODS} periods for this range; pick a coarser one",
+        )
     tool = (params.get("tool") or "").strip()
     if len(tool) > 128:
         raise ReportFilterError("tool", "at most 128 characters")
@@ -168,14 +202,30 @@ def report_filters_parse(params: Mapping[str, str], *, project: Project, now: da
         if agent is None:
             raise ReportFilterError("agent", f"no agent {raw_agent} in this project")
         agent_id, agent_name = agent.pk, agent.name
-    return ReportFilters(since=since, until=until, granularity=granularity, tool=tool,
-                         agent_id=agent_id, agent_name=agent_name, explicit=explicit)
+    return ReportFilters(
+        since=since,
+        until=until,
+        granularity=granularity,
+        tool=tool,
+        agent_id=agent_id,
+        agent_name=agent_name,
+        explicit=explicit,
+    )
 
 
 # --- helpers --------------------------------------------------------------------------
 
-def _rollups(project: Project, f: ReportFilters, *, since: datetime | None = None, until: datetime | None = None):
-    qs = CallRollup.objects.filter(project=project, bucket__gte=since or f.since, bucket__lt=until or f.until)
+
+def _rollups(
+    project: Project,
+    f: ReportFilters,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+):
+    qs = CallRollup.objects.filter(
+        project=project, bucket__gte=since or f.since, bucket__lt=until or f.until
+    )
     if f.tool:
         qs = qs.filter(tool_name=f.tool)
     if f.agent_id is not None:
@@ -224,6 +274,7 @@ def _category_sort(category: str) -> int:
 
 # --- reports reading rollups ------------------------------------------------------------
 
+
 def report_categories(*, project: Project, f: ReportFilters) -> dict:
     """Calls per category per period.
 
@@ -248,7 +299,12 @@ def report_categories(*, project: Project, f: ReportFilters) -> dict:
         counts.setdefault(row["category"], [0] * len(spans))[i] += row["calls"]
     categories = sorted(counts, key=_category_sort)
     series = [
-        {"category": c, "label": CATEGORY_LABEL.get(c, "Unclassified"), "counts": counts[c], "total": sum(counts[c])}
+        {
+            "category": c,
+            "label": CATEGORY_LABEL.get(c, "Unclassified"),
+            "counts": counts[c],
+            "total": sum(counts[c]),
+        }
         for c in categories
     ]
     totals = [sum(counts[c][i] for c in categories) for i in range(len(spans))]
@@ -267,29 +323,49 @@ def report_reasons(*, project: Project, f: ReportFilters) -> dict:
     "rows": [{"reason", "category", "calls", "share", "previous_calls", "change",
     "change_ratio"}]}`` ordered by calls, most first (``change_ratio`` None when the
     previous period had none)."""
-    current = dict(_rollups(project, f).values("reason").annotate(n=Sum("calls")).values_list("reason", "n").order_by())
+    current = dict(
+        _rollups(project, f)
+        .values("reason")
+        .annotate(n=Sum("calls"))
+        .values_list("reason", "n")
+        .order_by()
+    )
     prev_since, prev_until = f.previous
     previous = dict(
         _rollups(project, f, since=prev_since, until=prev_until)
-        .values("reason").annotate(n=Sum("calls")).values_list("reason", "n").order_by()
+        .values("reason")
+        .annotate(n=Sum("calls"))
+        .values_list("reason", "n")
+        .order_by()
     )
     total = sum(current.values())
     rows = []
     for reason in set(current) | set(previous):
         n, p = current.get(reason, 0), previous.get(reason, 0)
         category = TABLE[Reason(reason)][0].value if reason in REASON_ORDER else ""
-        rows.append({
-            "reason": reason, "category": category, "calls": n, "share": _share(n, total),
-            "previous_calls": p, "change": n - p, "change_ratio": round((n - p) / p, 4) if p else None,
-        })
+        rows.append(
+            {
+                "reason": reason,
+                "category": category,
+                "calls": n,
+                "share": _share(n, total),
+                "previous_calls": p,
+                "change": n - p,
+                "change_ratio": round((n - p) / p, 4) if p else None,
+            }
+        )
     rows.sort(key=lambda r: (-r["calls"], -r["previous_calls"], r["reason"]))
     return {
-        "total": total, "previous_total": sum(previous.values()),
-        "previous": {"since": iso(prev_since), "until": iso(prev_until)}, "rows": rows,
+        "total": total,
+        "previous_total": sum(previous.values()),
+        "previous": {"since": iso(prev_since), "until": iso(prev_until)},
+        "rows": rows,
     }
 
 
-def _grouped_by_category(project: Project, f: ReportFilters, key: str) -> tuple[list[dict], list[str]]:
+def _grouped_by_category(
+    project: Project, f: ReportFilters, key: str
+) -> tuple[list[dict], list[str]]:
     rows = (
         _rollups(project, f)
         .values(key, "category")
@@ -299,8 +375,17 @@ def _grouped_by_category(project: Project, f: ReportFilters, key: str) -> tuple[
     groups: dict = {}
     seen: set[str] = set()
     for row in rows:
-        g = groups.setdefault(row[key], {"key": row[key], "calls": 0, "attempts": 0, "duplicates_suppressed": 0,
-                                          "not_ok": 0, "by_category": {}})
+        g = groups.setdefault(
+            row[key],
+            {
+                "key": row[key],
+                "calls": 0,
+                "attempts": 0,
+                "duplicates_suppressed": 0,
+                "not_ok": 0,
+                "by_category": {},
+            },
+        )
         g["calls"] += row["calls"]
         g["attempts"] += row["attempts"]
         g["duplicates_suppressed"] += row["dups"]
@@ -327,7 +412,11 @@ def report_agents(*, project: Project, f: ReportFilters) -> dict:
     """Calls per agent. Returns ``{"categories": [...], "rows": [{"agent_id", "agent", "calls",
     "not_ok", "not_ok_share", "attempts", "duplicates_suppressed", "by_category"}]}``."""
     groups, categories = _grouped_by_category(project, f, "agent_id")
-    names = dict(Agent.objects.filter(project=project, pk__in=[g["key"] for g in groups]).values_list("id", "name"))
+    names = dict(
+        Agent.objects.filter(project=project, pk__in=[g["key"] for g in groups]).values_list(
+            "id", "name"
+        )
+    )
     for g in groups:
         g["agent_id"] = g.pop("key")
         g["agent"] = names.get(g["agent_id"], f"#{g['agent_id']}")
@@ -337,13 +426,21 @@ def report_agents(*, project: Project, f: ReportFilters) -> dict:
 def report_routes(*, project: Project, f: ReportFilters) -> dict:
     """Calls per route. Returns ``{"total", "rows": [{"route", "label", "calls", "share"}]}``
     in the taxonomy's route order."""
-    counts = dict(_rollups(project, f).values("route").annotate(n=Sum("calls")).values_list("route", "n").order_by())
+    counts = dict(
+        _rollups(project, f)
+        .values("route")
+        .annotate(n=Sum("calls"))
+        .values_list("route", "n")
+        .order_by()
+    )
     total = sum(counts.values())
     labels = {r.value: r.label for r in Route}
     order = [r.value for r in Route]
     rows = [
         {"route": r, "label": labels.get(r, "None yet"), "calls": n, "share": _share(n, total)}
-        for r, n in sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+        for r, n in sorted(
+            counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
+        )
     ]
     return {"total": total, "rows": rows}
 
@@ -356,29 +453,42 @@ def report_duplicates(*, project: Project, f: ReportFilters) -> dict:
     spans = periods(f)
     prevented = [0] * len(spans)
     rows = (
-        _rollups(project, f).filter(duplicates_suppressed__gt=0)
-        .values("bucket").annotate(n=Sum("duplicates_suppressed")).order_by()
+        _rollups(project, f)
+        .filter(duplicates_suppressed__gt=0)
+        .values("bucket")
+        .annotate(n=Sum("duplicates_suppressed"))
+        .order_by()
     )
     for row in rows:
         b = row["bucket"].astimezone(UTC)
         i = next(k for k, (s, e) in enumerate(spans) if s <= b < e)
         prevented[i] += row["n"]
     per_tool = (
-        _rollups(project, f).values("tool_name")
-        .annotate(prevented=Sum("duplicates_suppressed"),
-                  calls=Coalesce(Sum("calls", filter=Q(reason=Reason.DUPLICATE_SUPPRESSED)), 0))
+        _rollups(project, f)
+        .values("tool_name")
+        .annotate(
+            prevented=Sum("duplicates_suppressed"),
+            calls=Coalesce(Sum("calls", filter=Q(reason=Reason.DUPLICATE_SUPPRESSED)), 0),
+        )
         .filter(Q(prevented__gt=0) | Q(calls__gt=0))
         .order_by("-prevented", "tool_name")
     )
     return {
         "total": sum(prevented),
         "calls_with_reason": sum(r["calls"] for r in per_tool),
-        "periods": [{"since": iso(s), "until": iso(e), "prevented": n} for (s, e), n in zip(spans, prevented)],
-        "rows": [{"tool": r["tool_name"], "prevented": r["prevented"], "calls": r["calls"]} for r in per_tool],
+        "periods": [
+            {"since": iso(s), "until": iso(e), "prevented": n}
+            for (s, e), n in zip(spans, prevented)
+        ],
+        "rows": [
+            {"tool": r["tool_name"], "prevented": r["prevented"], "calls": r["calls"]}
+            for r in per_tool
+        ],
     }
 
 
 # --- reports reading calls directly ------------------------------------------------------
+
 
 def report_retries(*, project: Project, f: ReportFilters) -> dict:
     """Calls that met a retryable failure: now transient (waiting to retry), ended
@@ -391,13 +501,20 @@ def report_retries(*, project: Project, f: ReportFilters) -> dict:
     )
     agg = retried.aggregate(
         total=Count("id"),
-        succeeded=Count("id", filter=Q(category__in=GOOD_CATEGORIES) | Q(reason=Reason.RECONCILED_APPLIED)),
+        succeeded=Count(
+            "id", filter=Q(category__in=GOOD_CATEGORIES) | Q(reason=Reason.RECONCILED_APPLIED)
+        ),
         retrying=Count("id", filter=Q(category=Category.TRANSIENT)),
         exhausted=Count("id", filter=Q(reason=Reason.RETRY_EXHAUSTED)),
     )
     other = agg["total"] - agg["succeeded"] - agg["retrying"] - agg["exhausted"]
     attempts: dict[str, int] = {}
-    for n, calls in retried.values_list("attempts").annotate(c=Count("id")).values_list("attempts", "c").order_by():
+    for n, calls in (
+        retried.values_list("attempts")
+        .annotate(c=Count("id"))
+        .values_list("attempts", "c")
+        .order_by()
+    ):
         label = str(n) if n < 5 else "5+"
         attempts[label] = attempts.get(label, 0) + calls
     order = ["0", "1", "2", "3", "4", "5+"]
@@ -427,7 +544,9 @@ def report_unknown_outcomes(*, project: Project, f: ReportFilters) -> dict:
     "by_human", "open", "calls"}]}``."""
     from callgate.models import CallEvent
 
-    ever_unknown = CallEvent.objects.filter(project=project, category=Category.UNKNOWN_OUTCOME).values("call_id")
+    ever_unknown = CallEvent.objects.filter(
+        project=project, category=Category.UNKNOWN_OUTCOME
+    ).values("call_id")
     calls = _calls(project, f).filter(
         Q(category__in=[Category.UNKNOWN_OUTCOME, Category.RECONCILIATION]) | Q(pk__in=ever_unknown)
     )
@@ -435,15 +554,23 @@ def report_unknown_outcomes(*, project: Project, f: ReportFilters) -> dict:
     open_ = Q(decided_at__isnull=True, state__in=OPEN_STATES)
     rows = (
         calls.values("reason", "category")
-        .annotate(calls_n=Count("id"), by_human=Count("id", filter=human), open=Count("id", filter=open_))
+        .annotate(
+            calls_n=Count("id"), by_human=Count("id", filter=human), open=Count("id", filter=open_)
+        )
         .order_by("-calls_n", "reason")
     )
     out = []
     for r in rows:
-        out.append({
-            "reason": r["reason"], "category": r["category"], "calls": r["calls_n"], "by_human": r["by_human"],
-            "open": r["open"], "by_reconciliation": r["calls_n"] - r["by_human"] - r["open"],
-        })
+        out.append(
+            {
+                "reason": r["reason"],
+                "category": r["category"],
+                "calls": r["calls_n"],
+                "by_human": r["by_human"],
+                "open": r["open"],
+                "by_reconciliation": r["calls_n"] - r["by_human"] - r["open"],
+            }
+        )
     return {
         "total": sum(r["calls"] for r in out),
         "by_reconciliation": sum(r["by_reconciliation"] for r in out),
@@ -461,11 +588,15 @@ def report_contracts(*, project: Project, f: ReportFilters) -> dict:
     calls in the range included when no tool filter hides them; rates None without calls)."""
     per_contract = {
         r["contract_id"]: r
-        for r in _calls(project, f).filter(contract__isnull=False).values("contract_id").annotate(
+        for r in _calls(project, f)
+        .filter(contract__isnull=False)
+        .values("contract_id")
+        .annotate(
             calls=Count("id"),
             argument_errors=Count("id", filter=Q(category=Category.ARGUMENT_ERROR)),
             hallucinations=Count("id", filter=Q(category=Category.HALLUCINATION)),
-        ).order_by()
+        )
+        .order_by()
     }
     contracts = ToolContract.objects.filter(project=project)
     if f.tool:
@@ -473,14 +604,24 @@ def report_contracts(*, project: Project, f: ReportFilters) -> dict:
     if f.agent_id is not None:  # only versions the agent called
         contracts = contracts.filter(pk__in=list(per_contract))
     rows = []
-    for c in contracts.only("id", "name", "version", "lint_score", "lint_findings").order_by("name", "-version"):
+    for c in contracts.only("id", "name", "version", "lint_score", "lint_findings").order_by(
+        "name", "-version"
+    ):
         stats = per_contract.get(c.pk, {"calls": 0, "argument_errors": 0, "hallucinations": 0})
-        rows.append({
-            "tool": c.name, "version": c.version, "contract_id": c.pk, "lint_score": c.lint_score,
-            "lint_findings": len(c.lint_findings or []), "calls": stats["calls"],
-            "argument_errors": stats["argument_errors"], "argument_error_rate": _share(stats["argument_errors"], stats["calls"]),
-            "hallucinations": stats["hallucinations"], "hallucination_rate": _share(stats["hallucinations"], stats["calls"]),
-        })
+        rows.append(
+            {
+                "tool": c.name,
+                "version": c.version,
+                "contract_id": c.pk,
+                "lint_score": c.lint_score,
+                "lint_findings": len(c.lint_findings or []),
+                "calls": stats["calls"],
+                "argument_errors": stats["argument_errors"],
+                "argument_error_rate": _share(stats["argument_errors"], stats["calls"]),
+                "hallucinations": stats["hallucinations"],
+                "hallucination_rate": _share(stats["hallucinations"], stats["calls"]),
+            }
+        )
     return {"rows": rows}
 
 
@@ -511,8 +652,17 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
     "median_seconds", "p90_seconds", "decisions": [{"resolution", "items"}],
     "overrides": int | None}``; ``available`` is False (and the rest empty) when the
     reviews app is not installed."""
-    empty = {"available": False, "open_total": 0, "open_by_age": [], "decided": 0, "human_decided": 0, "median_seconds": None,
-             "p90_seconds": None, "decisions": [], "overrides": None}
+    empty = {
+        "available": False,
+        "open_total": 0,
+        "open_by_age": [],
+        "decided": 0,
+        "human_decided": 0,
+        "median_seconds": None,
+        "p90_seconds": None,
+        "decisions": [],
+        "overrides": None,
+    }
     try:
         ReviewItem = apps.get_model("reviews", "ReviewItem")
     except LookupError:
@@ -531,24 +681,35 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
         n = sum(1 for c in ages if (now - c) >= lower and (upper is None or (now - c) < upper))
         by_age.append({"bucket": key, "label": label, "items": n})
         lower = upper or lower
-    decided = items.filter(resolved_at__gte=f.since, resolved_at__lt=f.until).exclude(status__in=["open", "claimed"])
+    decided = items.filter(resolved_at__gte=f.since, resolved_at__lt=f.until).exclude(
+        status__in=["open", "claimed"]
+    )
     # time to decision counts human decisions only: an item settled by a later event or an
     # approval that ran out closes with no one deciding (often at once, which read as "0 s")
     durations = sorted(
         (resolved - created).total_seconds()
-        for created, resolved in decided.filter(status="resolved").values_list("created_at", "resolved_at")
+        for created, resolved in decided.filter(status="resolved").values_list(
+            "created_at", "resolved_at"
+        )
     )
     decisions = [
         {"resolution": r or "none", "items": n}
-        for r, n in decided.values("resolution").annotate(n=Count("id")).values_list("resolution", "n").order_by("-n", "resolution")
+        for r, n in decided.values("resolution")
+        .annotate(n=Count("id"))
+        .values_list("resolution", "n")
+        .order_by("-n", "resolution")
     ]
     overrides = None
     try:
         ReviewAudit = apps.get_model("reviews", "ReviewAudit")
     except LookupError:
         ReviewAudit = None
-    if ReviewAudit is not None and any(fl.name == "override" for fl in ReviewAudit._meta.get_fields()):
-        audits = ReviewAudit.objects.filter(project=project, override=True, created_at__gte=f.since, created_at__lt=f.until)
+    if ReviewAudit is not None and any(
+        fl.name == "override" for fl in ReviewAudit._meta.get_fields()
+    ):
+        audits = ReviewAudit.objects.filter(
+            project=project, override=True, created_at__gte=f.since, created_at__lt=f.until
+        )
         if f.tool:
             audits = audits.filter(item__call__tool_name=f.tool)
         if f.agent_id is not None:
@@ -567,12 +728,22 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
     }
 
 
-def direct_counts(*, project: Project, since: datetime, until: datetime) -> dict[tuple, tuple[int, int, int]]:
+def direct_counts(
+    *, project: Project, since: datetime, until: datetime
+) -> dict[tuple, tuple[int, int, int]]:
     """For checks: ``{(hour, tool, agent_id, reason, route): (calls, attempts, duplicates)}``
     counted directly over ``ToolCall`` (what the rollups must equal)."""
     out: dict[tuple, tuple[int, int, int]] = {}
-    for c in ToolCall.objects.filter(project=project, created_at__gte=since, created_at__lt=until).only(
-        "created_at", "tool_name", "agent_id", "reason", "route", "attempts", "duplicates_suppressed"
+    for c in ToolCall.objects.filter(
+        project=project, created_at__gte=since, created_at__lt=until
+    ).only(
+        "created_at",
+        "tool_name",
+        "agent_id",
+        "reason",
+        "route",
+        "attempts",
+        "duplicates_suppressed",
     ):
         key = (hour_floor(c.created_at), c.tool_name, c.agent_id, c.reason, c.route)
         n, a, d = out.get(key, (0, 0, 0))

@@ -32,6 +32,7 @@ The watermark (start time of the last successful run) lives in Django's cache: l
 ``FALLBACK_WINDOW`` instead, which is safe because refreshes are idempotent. For anything
 older (a new installation, a purge) run ``manage.py backfill_rollups``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -71,14 +72,20 @@ def _lock_bucket(project_id: int, bucket: datetime) -> None:
         hours = int(bucket.timestamp()) // 3600
         with connection.cursor() as cursor:
             # two-int form: (project, hour since the epoch); classid/objid are int4
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [project_id % 2**31, hours % 2**31])
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)", [project_id % 2**31, hours % 2**31]
+            )
 
 
 def bucket_aggregate(*, project_id: int, bucket: datetime) -> list[dict]:
     """The rollup cells of one bucket computed from ``ToolCall``: dicts with tool_name,
     agent_id, reason, category, route, calls, attempts, duplicates_suppressed."""
     rows = (
-        ToolCall.objects.filter(project_id=project_id, created_at__gte=bucket, created_at__lt=bucket + timedelta(hours=1))
+        ToolCall.objects.filter(
+            project_id=project_id,
+            created_at__gte=bucket,
+            created_at__lt=bucket + timedelta(hours=1),
+        )
         # category is a function of the reason (taxonomy), so the groups are the unique cells
         .values("tool_name", "agent_id", "reason", "category", "route")
         .annotate(
@@ -167,7 +174,10 @@ def rollups_rebuild(
         .distinct()
         .order_by()
     }
-    buckets |= {(pid, hour_floor(b)) for pid, b in rollups.values_list("project_id", "bucket").distinct().order_by()}
+    buckets |= {
+        (pid, hour_floor(b))
+        for pid, b in rollups.values_list("project_id", "bucket").distinct().order_by()
+    }
     ordered: Iterable[Bucket] = sorted(buckets)
     total = len(buckets)
     rows = 0

@@ -5,6 +5,7 @@ These are the shapes of ``shared/cases/README.md`` wrapped in the API envelope o
 rejected) except where JSON has no native type: ``event_id`` (UUID) and ``occurred_at``
 (RFC 3339) are parsed from strings.
 """
+
 from __future__ import annotations
 
 import re
@@ -13,7 +14,15 @@ from typing import Annotated, Any, Literal, Union
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+)
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
 Format = Literal["openai", "openai_responses", "anthropic", "gemini", "mcp", "plain"]
@@ -24,12 +33,16 @@ class _Strict(BaseModel):
 
 
 #: RFC 3339 §5.6 ``date-time`` (``T`` or, as §5.6 allows, a space between date and time).
-RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
+RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
+)
 
 
 def _rfc3339_text(value: Any) -> Any:
     # pydantic alone also takes Unix times, minutes without seconds, "+0100", "09:00:00,5"
-    if not isinstance(value, datetime) and not (isinstance(value, str) and RFC3339.fullmatch(value)):
+    if not isinstance(value, datetime) and not (
+        isinstance(value, str) and RFC3339.fullmatch(value)
+    ):
         raise ValueError("must be an RFC 3339 string, e.g. 2026-06-15T09:00:00Z")
     return value
 
@@ -48,16 +61,18 @@ class Envelope(_Strict):
     2000) and, when the event is received, for clock skew (``callgate.ingest.events_receive``:
     at most ``MAX_CLOCK_SKEW`` ahead, checked once per batch's clock reading)."""
 
-    event_id: UUID = Field(strict=False, description="Client-generated UUID; a re-sent event is stored once.")
-    occurred_at: Rfc3339 = Field(strict=False, gt=EARLIEST,
-                                 description="RFC 3339 time the event happened at the agent.")
+    event_id: UUID = Field(
+        strict=False, description="Client-generated UUID; a re-sent event is stored once."
+    )
+    occurred_at: Rfc3339 = Field(
+        strict=False, gt=EARLIEST, description="RFC 3339 time the event happened at the agent."
+    )
     operation_id: Id | None = None
     call_id: Id | None = Field(None, description="The provider's tool-call ID.")
     request_id: Id | None = None
     conversation_id: Id | None = None
     trace_id: Id | None = None
     actor: Id | None = Field(None, description="The end user the agent acts for.")
-
 
 
 class ProposedEvent(Envelope):
@@ -69,7 +84,9 @@ class ProposedEvent(Envelope):
 class AttemptEvent(Envelope):
     type: Literal["attempt"]
     attempt: int | None = Field(None, ge=1, le=10_000)
-    sent: bool | None = Field(description="Whether the request left the caller; null when it cannot tell.")
+    sent: bool | None = Field(
+        description="Whether the request left the caller; null when it cannot tell."
+    )
     outcome: Literal["success", "error", "timeout", "connection_reset", "circuit_open"]
     http_status: int | None = Field(None, ge=100, le=599)
     error: str | None = Field(None, max_length=10_000)
@@ -88,7 +105,9 @@ class ReconciledEvent(Envelope):
     found: bool
     matches: bool = False
     receipt: Any = None
-    detail: dict | None = Field(None, description="What the look-up saw (HTTP status, differing fields).")
+    detail: dict | None = Field(
+        None, description="What the look-up saw (HTTP status, differing fields)."
+    )
 
 
 class ReceiptEvent(Envelope):
@@ -107,11 +126,21 @@ class ApprovalExpiredEvent(Envelope):
 
 
 Event = Annotated[
-    Union[ProposedEvent, AttemptEvent, DeniedEvent, ReconciledEvent, ReceiptEvent, DecisionEvent, ApprovalExpiredEvent],
+    Union[
+        ProposedEvent,
+        AttemptEvent,
+        DeniedEvent,
+        ReconciledEvent,
+        ReceiptEvent,
+        DecisionEvent,
+        ApprovalExpiredEvent,
+    ],
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
-EVENT_TYPES = frozenset({"proposed", "attempt", "denied", "reconciled", "receipt", "decision", "approval_expired"})
+EVENT_TYPES = frozenset(
+    {"proposed", "attempt", "denied", "reconciled", "receipt", "decision", "approval_expired"}
+)
 
 
 class GateRequest(_Strict):
@@ -125,8 +154,12 @@ class GateRequest(_Strict):
     trace_id: Id | None = None
     actor: Id | None = None
     event_id: UUID | None = Field(None, strict=False)
-    occurred_at: Rfc3339 | None = Field(None, strict=False, gt=EARLIEST,
-                                        description="As for events; clock skew is checked on receipt.")
+    occurred_at: Rfc3339 | None = Field(
+        None,
+        strict=False,
+        gt=EARLIEST,
+        description="As for events; clock skew is checked on receipt.",
+    )
 
 
 class RetryPolicy(_Strict):
@@ -139,8 +172,12 @@ class RetryPolicy(_Strict):
 class ContractIn(_Strict):
     """``PUT /api/v1/tools/{name}``: one tool contract (the case files' contract shape)."""
 
-    name: str | None = Field(None, max_length=128, description="Must equal the name in the URL when given.")
-    version: str | None = Field(None, max_length=64, description="The agent's own label; callgate numbers versions.")
+    name: str | None = Field(
+        None, max_length=128, description="Must equal the name in the URL when given."
+    )
+    version: str | None = Field(
+        None, max_length=64, description="The agent's own label; callgate numbers versions."
+    )
     description: str = Field("", max_length=5_000)
     effect: Literal["read", "write"] = "read"
     idempotent: bool = False
@@ -151,7 +188,9 @@ class ContractIn(_Strict):
     requires_approval: bool = False
     approval_timeout_seconds: int = Field(15 * 60, ge=10, le=7 * 86_400)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    sensitive_fields: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(default_factory=list, max_length=100)
+    sensitive_fields: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=100
+    )
     parameters: dict
 
     @field_validator("reconcile_url")
@@ -165,7 +204,9 @@ class ContractIn(_Strict):
             raise ValueError("must contain the placeholder {operation_id}")
         parts = urlsplit(value)
         if "{" in parts.scheme + parts.netloc or not parts.netloc:
-            raise ValueError("the placeholder {operation_id} may only stand in the path or query, after the host")
+            raise ValueError(
+                "the placeholder {operation_id} may only stand in the path or query, after the host"
+            )
         return value
 
 
@@ -176,7 +217,9 @@ def error_list(exc, *, prefix: str = "") -> list[dict]:
         loc = prefix
         parts = err["loc"]
         if parts and parts[0] in EVENT_TYPES:
-            parts = parts[1:]  # the event union's branch (the type), not a field; ("attempt", "attempt") is one
+            parts = parts[
+                1:
+            ]  # the event union's branch (the type), not a field; ("attempt", "attempt") is one
         for part in parts:
             if isinstance(part, int):
                 loc += f"[{part}]"
@@ -199,16 +242,32 @@ class CallAnswer(BaseModel):
     """What the agent should do next with a call."""
 
     operation_id: str
-    verdict: Literal["allow", "reask", "deny", "retry", "reconcile", "return_receipt", "pending_approval", "review", "stop"]
+    verdict: Literal[
+        "allow",
+        "reask",
+        "deny",
+        "retry",
+        "reconcile",
+        "return_receipt",
+        "pending_approval",
+        "review",
+        "stop",
+    ]
     state: str
-    reason: str | None = Field(description="Taxonomy reason; null while a call is allowed and nothing is known yet.")
+    reason: str | None = Field(
+        description="Taxonomy reason; null while a call is allowed and nothing is known yet."
+    )
     category: str | None
     route: str
-    observation: str = Field(description="Plain text to hand back to the model (empty for proceed).")
+    observation: str = Field(
+        description="Plain text to hand back to the model (empty for proceed)."
+    )
     receipt: Any = Field(description="The stored result of the operation, when it succeeded.")
     attempts: int
     max_attempts: int | None
-    retry_after: float | None = Field(description="Suggested full-jitter backoff in seconds when the route is retry.")
+    retry_after: float | None = Field(
+        description="Suggested full-jitter backoff in seconds when the route is retry."
+    )
     decision: Decision | None
 
 
@@ -232,9 +291,12 @@ class ErrorBody(BaseModel):
 class EventResult(BaseModel):
     index: int
     event_id: str | None
-    status: Literal["accepted", "duplicate", "rejected"] = Field(description=(
-        "accepted: stored, applied shortly in arrival order (read the outcome with GET /api/v1/events/{event_id}); "
-        "duplicate: this event_id was received before; rejected: not stored, see errors."))
+    status: Literal["accepted", "duplicate", "rejected"] = Field(
+        description=(
+            "accepted: stored, applied shortly in arrival order (read the outcome with GET /api/v1/events/{event_id}); "
+            "duplicate: this event_id was received before; rejected: not stored, see errors."
+        )
+    )
     errors: list[FieldError] = []
 
 
@@ -242,14 +304,20 @@ class EventStatus(BaseModel):
     """Where one received event stands (``GET /api/v1/events/{event_id}``)."""
 
     event_id: str
-    status: Literal["pending", "applied", "rejected"] = Field(description=(
-        "pending: stored, not applied yet; applied: classified and recorded on its call (see answer); "
-        "rejected: the rules refused it when it was applied (see errors), e.g. an attempt for an unknown call."))
+    status: Literal["pending", "applied", "rejected"] = Field(
+        description=(
+            "pending: stored, not applied yet; applied: classified and recorded on its call (see answer); "
+            "rejected: the rules refused it when it was applied (see errors), e.g. an attempt for an unknown call."
+        )
+    )
     kind: str | None = Field(description="The event's type: proposed, attempt, denied, …")
     errors: list[FieldError] = []
-    answer: CallAnswer | None = Field(description=(
-        "For an applied event: the answer as this event left the call (reason, category, route, verdict, "
-        "observation, state); attempts, receipt and decision are the call's now."))
+    answer: CallAnswer | None = Field(
+        description=(
+            "For an applied event: the answer as this event left the call (reason, category, route, verdict, "
+            "observation, state); attempts, receipt and decision are the call's now."
+        )
+    )
 
 
 class EventsResponse(BaseModel):

@@ -24,6 +24,7 @@ lines) and re-sent later; their event IDs make re-sending safe.
 
 Units: every duration is in seconds (floats allowed). Times on the wire are RFC 3339 UTC.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -64,7 +65,15 @@ logger = logging.getLogger("callgate.sdk")
 
 Format = Literal["openai", "openai_responses", "anthropic", "gemini", "mcp", "plain"]
 Verdict = Literal[
-    "allow", "reask", "deny", "retry", "reconcile", "return_receipt", "pending_approval", "review", "stop",
+    "allow",
+    "reask",
+    "deny",
+    "retry",
+    "reconcile",
+    "return_receipt",
+    "pending_approval",
+    "review",
+    "stop",
 ]
 Outcome = Literal["success", "error", "timeout", "connection_reset", "circuit_open"]
 
@@ -243,7 +252,9 @@ def derive_operation_id(request_id: str | None, tool: str, arguments: Any) -> st
     Used only when callgate cannot be reached to derive one itself; the SDK then sends it
     explicitly with every event of the call.
     """
-    digest = hashlib.sha256(f"{request_id or ''}\n{tool}\n{canonical_json(arguments)}".encode()).hexdigest()
+    digest = hashlib.sha256(
+        f"{request_id or ''}\n{tool}\n{canonical_json(arguments)}".encode()
+    ).hexdigest()
     return f"op_{digest[:32]}"
 
 
@@ -254,7 +265,9 @@ def backoff_delay(
 ) -> float:
     """Full-jitter exponential backoff for the ``n``-th retry (``n`` from 0), in seconds:
     ``uniform(0, min(maximum_interval, initial_interval * backoff_coefficient ** n))``."""
-    cap = min(policy.maximum_interval, policy.initial_interval * policy.backoff_coefficient ** max(n, 0))
+    cap = min(
+        policy.maximum_interval, policy.initial_interval * policy.backoff_coefficient ** max(n, 0)
+    )
     return rand(0.0, cap)
 
 
@@ -279,7 +292,11 @@ def parse_call(format: Format, call: Any) -> ParsedCall:
         fn = call.get("function") or {}
         name, raw, call_id = fn.get("name"), fn.get("arguments"), call.get("id")
     elif format == "openai_responses":
-        name, raw, call_id = call.get("name"), call.get("arguments"), call.get("call_id") or call.get("id")
+        name, raw, call_id = (
+            call.get("name"),
+            call.get("arguments"),
+            call.get("call_id") or call.get("id"),
+        )
     elif format == "anthropic":
         name, raw, call_id = call.get("name"), call.get("input"), call.get("id")
     elif format == "gemini":
@@ -314,8 +331,13 @@ class CircuitBreaker:
 
     CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
-    def __init__(self, *, failure_threshold: int = 5, cooldown: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        failure_threshold: int = 5,
+        cooldown: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.failure_threshold = failure_threshold
         self.cooldown = cooldown
         self.clock = clock
@@ -379,7 +401,9 @@ class EventBuffer:
 
     FILE_NAME = "events.jsonl"
 
-    def __init__(self, directory: str | os.PathLike | None = None, *, max_bytes: int = 10 * 1024 * 1024):
+    def __init__(
+        self, directory: str | os.PathLike | None = None, *, max_bytes: int = 10 * 1024 * 1024
+    ):
         self.max_bytes = max_bytes
         self._lock = threading.RLock()
         self._memory: list[str] = []
@@ -431,8 +455,11 @@ class EventBuffer:
                 dropped += 1
             if dropped:
                 self.dropped += dropped
-                logger.warning("callgate event buffer full (%d bytes): dropped the %d oldest event(s)",
-                               self.max_bytes, dropped)
+                logger.warning(
+                    "callgate event buffer full (%d bytes): dropped the %d oldest event(s)",
+                    self.max_bytes,
+                    dropped,
+                )
             if self.path is not None and not dropped:
                 with open(self.path, "a", encoding="utf-8") as fh:
                     fh.write("".join(line + "\n" for line in new))
@@ -602,7 +629,9 @@ class CallgateClient:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         if flush_interval is not None:
-            self._thread = threading.Thread(target=self._flush_loop, name="callgate-sdk-flush", daemon=True)
+            self._thread = threading.Thread(
+                target=self._flush_loop, name="callgate-sdk-flush", daemon=True
+            )
             self._thread.start()
 
     # ---------------------------------------------------------------- lifecycle
@@ -630,8 +659,11 @@ class CallgateClient:
         """One request. Raises ``CallgateUnavailable`` on connection errors, 5xx and 429,
         ``CallgateError`` on other 4xx (except 207, which the caller reads)."""
         try:
-            response = self._http.request(method, path, json=body) if body is not None else \
-                self._http.request(method, path)
+            response = (
+                self._http.request(method, path, json=body)
+                if body is not None
+                else self._http.request(method, path)
+            )
         except httpx.HTTPError as exc:
             raise CallgateUnavailable(f"{method} {path}: {exc.__class__.__name__}: {exc}") from exc
         if response.status_code in _UNAVAILABLE_STATUSES or response.status_code >= 500:
@@ -672,8 +704,11 @@ class CallgateClient:
         ``model_json_schema()`` is sent). Returns the contract version and its lint score.
         Raises ``CallgateError`` (4xx, e.g. an invalid schema) or ``CallgateUnavailable``.
         """
-        schema = parameters.model_json_schema() if isinstance(parameters, type) and issubclass(
-            parameters, BaseModel) else parameters
+        schema = (
+            parameters.model_json_schema()
+            if isinstance(parameters, type) and issubclass(parameters, BaseModel)
+            else parameters
+        )
         body: dict[str, Any] = {
             "description": description,
             "effect": effect,
@@ -695,15 +730,22 @@ class CallgateClient:
         if sensitive_fields:
             body["sensitive_fields"] = sensitive_fields
         response = self._request("PUT", f"/api/v1/tools/{name}", body)
-        self.tools[name] = _ToolInfo(effect=effect, idempotent=idempotent, max_attempts=max_attempts,
-                                     retry=retry or RetryPolicy())
+        self.tools[name] = _ToolInfo(
+            effect=effect,
+            idempotent=idempotent,
+            max_attempts=max_attempts,
+            retry=retry or RetryPolicy(),
+        )
         return ToolRegistration.model_validate(response.json())
 
     def breaker(self, tool: str) -> CircuitBreaker:
         """The circuit breaker of ``tool`` (created on first use)."""
         if tool not in self.breakers:
-            self.breakers[tool] = CircuitBreaker(failure_threshold=self.breaker_threshold,
-                                                 cooldown=self.breaker_cooldown, clock=self.clock)
+            self.breakers[tool] = CircuitBreaker(
+                failure_threshold=self.breaker_threshold,
+                cooldown=self.breaker_cooldown,
+                clock=self.clock,
+            )
         return self.breakers[tool]
 
     # ---------------------------------------------------------------- the gate and calls
@@ -725,23 +767,37 @@ class CallgateClient:
         Returns the ``CallAnswer`` (verdict, operation ID, observation). Raises
         ``CallgateUnavailable`` when callgate cannot be reached, ``CallgateError`` on 4xx.
         """
-        body = _drop_none({
-            "format": format, "call": call, "request_id": request_id, "operation_id": operation_id,
-            "conversation_id": conversation_id, "trace_id": trace_id, "actor": actor or self.actor,
-            "event_id": event_id or str(uuid.uuid4()), "occurred_at": now_rfc3339(),
-        })
+        body = _drop_none(
+            {
+                "format": format,
+                "call": call,
+                "request_id": request_id,
+                "operation_id": operation_id,
+                "conversation_id": conversation_id,
+                "trace_id": trace_id,
+                "actor": actor or self.actor,
+                "event_id": event_id or str(uuid.uuid4()),
+                "occurred_at": now_rfc3339(),
+            }
+        )
         return CallAnswer.model_validate(self._request("POST", "/api/v1/calls", body).json())
 
     def get_call(self, operation_id: str) -> CallAnswer:
         """callgate's current answer about an operation: ``GET /api/v1/calls/{operation_id}``."""
-        return CallAnswer.model_validate(self._request("GET", f"/api/v1/calls/{operation_id}").json())
+        return CallAnswer.model_validate(
+            self._request("GET", f"/api/v1/calls/{operation_id}").json()
+        )
 
     # ---------------------------------------------------------------- events
 
     def event(self, type_: str, *, operation_id: str | None = None, **fields: Any) -> dict:
         """An event envelope: fresh ``event_id``, ``occurred_at`` now, correlation keys, body."""
-        envelope = {"event_id": str(uuid.uuid4()), "occurred_at": now_rfc3339(), "type": type_,
-                    "operation_id": operation_id}
+        envelope = {
+            "event_id": str(uuid.uuid4()),
+            "occurred_at": now_rfc3339(),
+            "type": type_,
+            "operation_id": operation_id,
+        }
         envelope.update(fields)
         # correlation keys are left out when unknown; body fields keep their nulls (``sent: null``)
         return {k: v for k, v in envelope.items() if v is not None or k not in _ENVELOPE_KEYS}
@@ -767,7 +823,9 @@ class CallgateClient:
         try:
             response = self._request("POST", "/api/v1/events", [event])
         except CallgateUnavailable as exc:
-            logger.warning("callgate unavailable, event %s buffered: %s", event.get("event_id"), exc)
+            logger.warning(
+                "callgate unavailable, event %s buffered: %s", event.get("event_id"), exc
+            )
             self.buffer.append([event])
             return None
         item = (response.json().get("results") or [{}])[0]
@@ -790,7 +848,9 @@ class CallgateClient:
                 return CallAnswer.model_validate(found["answer"])
             remaining = deadline - self.clock()
             if remaining <= 0:
-                logger.warning("callgate has not applied event %s after %.0f s", event_id, self.answer_timeout)
+                logger.warning(
+                    "callgate has not applied event %s after %.0f s", event_id, self.answer_timeout
+                )
                 return None
             self.sleep(min(interval, remaining))
             interval = min(1.0, interval * 2)
@@ -812,7 +872,9 @@ class CallgateClient:
                 try:
                     response = self._request("POST", "/api/v1/events", batch)
                 except CallgateUnavailable as exc:
-                    logger.info("callgate unavailable, %d event(s) stay buffered: %s", len(self.buffer), exc)
+                    logger.info(
+                        "callgate unavailable, %d event(s) stay buffered: %s", len(self.buffer), exc
+                    )
                     return delivered
                 except CallgateError as exc:
                     if exc.status_code in (401, 403):
@@ -821,8 +883,12 @@ class CallgateClient:
                     if len(batch) > 1:
                         size = max(1, len(batch) // 2)  # find the bad event (or fit under 413)
                         continue
-                    logger.error("callgate rejected event %s, dropped: %s %s",
-                                 batch[0].get("event_id"), exc, exc.errors)
+                    logger.error(
+                        "callgate rejected event %s, dropped: %s %s",
+                        batch[0].get("event_id"),
+                        exc,
+                        exc.errors,
+                    )
                     self.buffer.remove([batch[0].get("event_id")])
                     continue
                 results = response.json().get("results") or []
@@ -833,7 +899,9 @@ class CallgateClient:
                     if event_id is None and isinstance(index, int) and 0 <= index < len(batch):
                         event_id = batch[index].get("event_id")
                     if item.get("status") == "rejected":
-                        logger.error("callgate rejected event %s, dropped: %s", event_id, item.get("errors"))
+                        logger.error(
+                            "callgate rejected event %s, dropped: %s", event_id, item.get("errors")
+                        )
                     else:
                         delivered += 1
                     done.add(event_id)
@@ -885,8 +953,14 @@ class CallgateClient:
         """
         timeout = self.execute_timeout if timeout is ... else timeout
         wait_limit = self.wait_limit if wait_limit is None else wait_limit
-        keys = _drop_none({"request_id": request_id, "conversation_id": conversation_id,
-                           "trace_id": trace_id, "actor": actor or self.actor})
+        keys = _drop_none(
+            {
+                "request_id": request_id,
+                "conversation_id": conversation_id,
+                "trace_id": trace_id,
+                "actor": actor or self.actor,
+            }
+        )
         started = self.clock()
         try:
             parsed: ParsedCall | None = parse_call(format, call)
@@ -899,15 +973,24 @@ class CallgateClient:
 
         # 1-4. propose, parse, validate, authorize: the gate
         try:
-            answer: CallAnswer | None = self.check(format, call, operation_id=operation_id, **{
-                k: v for k, v in keys.items() if k != "call_id"})
+            answer: CallAnswer | None = self.check(
+                format,
+                call,
+                operation_id=operation_id,
+                **{k: v for k, v in keys.items() if k != "call_id"},
+            )
         except CallgateUnavailable:
             if not self.fail_open or parsed is None:
                 raise
             op = operation_id or derive_operation_id(request_id, parsed.tool, parsed.arguments)
-            logger.warning("callgate unavailable at the gate; executing %s %s unchecked (fail_open)",
-                           parsed.tool, op)
-            self.buffer.append([self.event("proposed", operation_id=op, format=format, call=call, **keys)])
+            logger.warning(
+                "callgate unavailable at the gate; executing %s %s unchecked (fail_open)",
+                parsed.tool,
+                op,
+            )
+            self.buffer.append(
+                [self.event("proposed", operation_id=op, format=format, call=call, **keys)]
+            )
             answer = None
         else:
             op = answer.operation_id
@@ -916,18 +999,32 @@ class CallgateClient:
         executions = 0
         retries = 0
 
-        def finish(status: RunStatus, ans: CallAnswer | None, result: Any = None, observation: str = "") -> RunResult:
-            return RunResult(status=status, operation_id=op, result=result,
-                             observation=observation or (ans.observation if ans else ""),
-                             reason=ans.reason if ans else None, route=ans.route if ans else None,
-                             executions=executions, answer=ans)
+        def finish(
+            status: RunStatus, ans: CallAnswer | None, result: Any = None, observation: str = ""
+        ) -> RunResult:
+            return RunResult(
+                status=status,
+                operation_id=op,
+                result=result,
+                observation=observation or (ans.observation if ans else ""),
+                reason=ans.reason if ans else None,
+                route=ans.route if ans else None,
+                executions=executions,
+                answer=ans,
+            )
 
         last_result: Any = None
         while True:
             verdict = answer.verdict if answer else "allow"
-            if answer is not None and answer.state == "succeeded" and verdict not in ("return_receipt",):
+            if (
+                answer is not None
+                and answer.state == "succeeded"
+                and verdict not in ("return_receipt",)
+            ):
                 # 7. route: proceed, the attempt succeeded
-                return finish("succeeded", answer, result=last_result if executions else answer.receipt)
+                return finish(
+                    "succeeded", answer, result=last_result if executions else answer.receipt
+                )
             if verdict == "return_receipt":
                 result = answer.receipt if answer.receipt is not None else last_result
                 return finish("receipt", answer, result=result)
@@ -943,8 +1040,10 @@ class CallgateClient:
                     return finish("waiting", answer)
                 continue
             if verdict == "retry":
-                if info.retry.deadline_seconds is not None and \
-                        self.clock() - started >= info.retry.deadline_seconds:
+                if (
+                    info.retry.deadline_seconds is not None
+                    and self.clock() - started >= info.retry.deadline_seconds
+                ):
                     return finish("waiting", answer)  # callgate classifies the deadline on its side
                 # callgate draws the full-jitter delay from the contract's policy; without it
                 # (callgate unreachable) the SDK draws it from the policy it registered
@@ -955,21 +1054,34 @@ class CallgateClient:
                 self.sleep(delay)
                 retries += 1
             # verdict allow (or retry after its backoff): 5. execute, once, with the operation ID
-            if attempt_no >= max(info.max_attempts, (answer.max_attempts or 0) if answer else 0) + 2:
-                return finish("failed", answer, observation="callgate kept allowing attempts beyond the budget")
+            if (
+                attempt_no
+                >= max(info.max_attempts, (answer.max_attempts or 0) if answer else 0) + 2
+            ):
+                return finish(
+                    "failed",
+                    answer,
+                    observation="callgate kept allowing attempts beyond the budget",
+                )
             if parsed is None:
                 return finish("failed", answer, observation="the call could not be parsed locally")
             attempt_no += 1
             breaker = self.breaker(parsed.tool)
             if not breaker.allow():
-                attempt = {"attempt": attempt_no, "sent": False, "outcome": "circuit_open", "http_status": None,
-                           "error": f"circuit open for {parsed.tool}"}
+                attempt = {
+                    "attempt": attempt_no,
+                    "sent": False,
+                    "outcome": "circuit_open",
+                    "http_status": None,
+                    "error": f"circuit open for {parsed.tool}",
+                }
                 failure_sent: bool | None = False
                 outcome = "circuit_open"
             else:
                 executions += 1
-                attempt, outcome, failure_sent, last_result = self._execute(execute, parsed.arguments, op,
-                                                                           timeout, attempt_no)
+                attempt, outcome, failure_sent, last_result = self._execute(
+                    execute, parsed.arguments, op, timeout, attempt_no
+                )
                 if outcome == "success":
                     breaker.record_success()
                 elif _counts_against_breaker(attempt):
@@ -984,45 +1096,103 @@ class CallgateClient:
             # callgate unreachable: decide locally, conservatively
             if outcome == "success":
                 return finish("succeeded", None, result=last_result)
-            unknown = failure_sent is not False and outcome in ("timeout", "connection_reset") or (
-                failure_sent is not False and (attempt.get("http_status") or 0) in (500, 502, 504))
+            unknown = (
+                failure_sent is not False
+                and outcome in ("timeout", "connection_reset")
+                or (
+                    failure_sent is not False
+                    and (attempt.get("http_status") or 0) in (500, 502, 504)
+                )
+            )
             if info.effect != "read" and unknown:
-                return finish("outcome_unknown", None,
-                              observation=f"{parsed.tool}: the outcome is unknown; it will be reconciled, "
-                                          "do not retry")
-            retryable = outcome in ("circuit_open", "timeout", "connection_reset") or failure_sent is False or \
-                (attempt.get("http_status") or 0) in (429, 500, 502, 503, 504)
+                return finish(
+                    "outcome_unknown",
+                    None,
+                    observation=f"{parsed.tool}: the outcome is unknown; it will be reconciled, "
+                    "do not retry",
+                )
+            retryable = (
+                outcome in ("circuit_open", "timeout", "connection_reset")
+                or failure_sent is False
+                or (attempt.get("http_status") or 0) in (429, 500, 502, 503, 504)
+            )
             if not retryable or attempt_no >= info.max_attempts:
-                return finish("failed", None, observation=f"{parsed.tool} failed: {attempt.get('error')}")
-            answer = CallAnswer(operation_id=op, verdict="retry", state="retry_wait", attempts=attempt_no,
-                                max_attempts=info.max_attempts)
+                return finish(
+                    "failed", None, observation=f"{parsed.tool} failed: {attempt.get('error')}"
+                )
+            answer = CallAnswer(
+                operation_id=op,
+                verdict="retry",
+                state="retry_wait",
+                attempts=attempt_no,
+                max_attempts=info.max_attempts,
+            )
 
-    def _execute(self, execute: Callable[[dict, str], Any], arguments: dict, op: str,
-                 timeout: float | None, attempt_no: int) -> tuple[dict, str, bool | None, Any]:
+    def _execute(
+        self,
+        execute: Callable[[dict, str], Any],
+        arguments: dict,
+        op: str,
+        timeout: float | None,
+        attempt_no: int,
+    ) -> tuple[dict, str, bool | None, Any]:
         """Run the tool once. Returns (attempt event body, outcome, sent, result)."""
         try:
             if timeout is None:
                 result = execute(dict(arguments), op)
             else:
-                pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="callgate-tool")
+                pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="callgate-tool"
+                )
                 try:
                     result = pool.submit(execute, dict(arguments), op).result(timeout=timeout)
                 finally:
                     pool.shutdown(wait=False)
         except concurrent.futures.TimeoutError:
-            return ({"attempt": attempt_no, "sent": None, "outcome": "timeout", "http_status": None,
-                     "error": f"timed out after {timeout}s"}, "timeout", None, None)
+            return (
+                {
+                    "attempt": attempt_no,
+                    "sent": None,
+                    "outcome": "timeout",
+                    "http_status": None,
+                    "error": f"timed out after {timeout}s",
+                },
+                "timeout",
+                None,
+                None,
+            )
         except ToolFailure as exc:
-            body = {"attempt": attempt_no, "sent": exc.sent, "outcome": exc.outcome,
-                    "http_status": exc.http_status, "error": exc.error}
+            body = {
+                "attempt": attempt_no,
+                "sent": exc.sent,
+                "outcome": exc.outcome,
+                "http_status": exc.http_status,
+                "error": exc.error,
+            }
             if exc.result is not None:
                 body["result"] = exc.result
             return body, exc.outcome, exc.sent, None
         except Exception as exc:  # the tool's own code failed: a tool error the model may fix
-            return ({"attempt": attempt_no, "sent": True, "outcome": "error", "http_status": None,
-                     "error": f"{exc.__class__.__name__}: {exc}"}, "error", True, None)
-        body = {"attempt": attempt_no, "sent": True, "outcome": "success", "http_status": None, "error": None,
-                "result": result}
+            return (
+                {
+                    "attempt": attempt_no,
+                    "sent": True,
+                    "outcome": "error",
+                    "http_status": None,
+                    "error": f"{exc.__class__.__name__}: {exc}",
+                },
+                "error",
+                True,
+                None,
+            )
+        body = {
+            "attempt": attempt_no,
+            "sent": True,
+            "outcome": "success",
+            "http_status": None,
+            "error": None,
+            "result": result,
+        }
         return body, "success", True, result
 
     def _wait(self, op: str, answer: CallAnswer, wait_limit: float) -> CallAnswer:
@@ -1052,7 +1222,9 @@ def _counts_against_breaker(attempt: dict) -> bool:
     return (attempt.get("http_status") or 0) in (429, 500, 502, 503, 504)
 
 
-_ENVELOPE_KEYS = frozenset({"operation_id", "call_id", "request_id", "conversation_id", "trace_id", "actor"})
+_ENVELOPE_KEYS = frozenset(
+    {"operation_id", "call_id", "request_id", "conversation_id", "trace_id", "actor"}
+)
 
 
 def _drop_none(d: dict) -> dict:
@@ -1076,8 +1248,15 @@ class SelfCorrector:
         self.max_reasks = max_reasks
         self.reasks = 0
 
-    def run(self, format: Format, call: Any, execute: Callable[[dict, str], Any], *,
-            request_id: str, **kwargs: Any) -> RunResult:
+    def run(
+        self,
+        format: Format,
+        call: Any,
+        execute: Callable[[dict, str], Any],
+        *,
+        request_id: str,
+        **kwargs: Any,
+    ) -> RunResult:
         """``CallgateClient.run`` in a loop: on ``reask`` ask the model again (same request ID).
         Returns the first result that is not a re-ask, or the last re-ask when the local
         budget is spent."""

@@ -1,4 +1,5 @@
 """Reads of the core domain. Callers pass the project; nothing here crosses projects."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -8,7 +9,16 @@ from django.db.models import Count, F, Prefetch, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from callgate.models import Agent, AgentTool, ApiKey, CallEvent, InboxEvent, Project, ToolCall, ToolContract
+from callgate.models import (
+    Agent,
+    AgentTool,
+    ApiKey,
+    CallEvent,
+    InboxEvent,
+    Project,
+    ToolCall,
+    ToolContract,
+)
 from callgate.taxonomy import Category
 
 
@@ -20,7 +30,9 @@ def project_overview(*, project: Project) -> dict:
         total=Count("id"),
         failed=Count("id", filter=~Q(category__in=[Category.OK, Category.EMPTY_RESULT, ""])),
     )
-    by_category = {row["category"]: row["n"] for row in calls.values("category").annotate(n=Count("id"))}
+    by_category = {
+        row["category"]: row["n"] for row in calls.values("category").annotate(n=Count("id"))
+    }
     from reviews.selectors import open_item_count
 
     return {
@@ -39,7 +51,12 @@ def project_overview(*, project: Project) -> dict:
 #: rows per page of the calls list
 CALLS_PAGE_SIZE = 50
 #: the time-range presets of the filter bar: value -> length
-TIME_PRESETS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+TIME_PRESETS = {
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
 
 
 @dataclass(frozen=True)
@@ -95,13 +112,21 @@ class CallPage:
     newer: str | None
 
 
-def calls_filtered(*, project: Project, filters: CallFilters, ignore: tuple[str, ...] = ()) -> QuerySet[ToolCall]:
+def calls_filtered(
+    *, project: Project, filters: CallFilters, ignore: tuple[str, ...] = ()
+) -> QuerySet[ToolCall]:
     """The project's calls matching ``filters`` (leaving out the filters named in ``ignore``).
     Unordered; callers order and slice."""
     qs = ToolCall.objects.filter(project=project)
     lookups = {
-        "reason": "reason", "category": "category", "route": "route", "tool": "tool_name",
-        "agent": "agent_id", "state": "state", "since": "created_at__gte", "until": "created_at__lt",
+        "reason": "reason",
+        "category": "category",
+        "route": "route",
+        "tool": "tool_name",
+        "agent": "agent_id",
+        "state": "state",
+        "since": "created_at__gte",
+        "until": "created_at__lt",
         "q": "operation_id__startswith",
     }
     for name, lookup in lookups.items():
@@ -111,27 +136,50 @@ def calls_filtered(*, project: Project, filters: CallFilters, ignore: tuple[str,
     return qs
 
 
-def calls_page(*, project: Project, filters: CallFilters, before: Cursor | None = None,
-               after: Cursor | None = None, size: int = CALLS_PAGE_SIZE) -> CallPage:
+def calls_page(
+    *,
+    project: Project,
+    filters: CallFilters,
+    before: Cursor | None = None,
+    after: Cursor | None = None,
+    size: int = CALLS_PAGE_SIZE,
+) -> CallPage:
     """A page of matching calls, newest first: the ``size`` rows older than ``before``, or
     newer than ``after``, or the newest. One query (plus none per row: agent is joined)."""
     qs = (
         calls_filtered(project=project, filters=filters)
         .select_related("agent", "contract")
         .only(
-            "id", "operation_id", "tool_name", "state", "reason", "category", "route", "attempts",
-            "created_at", "updated_at", "agent__id", "agent__name", "contract__id", "contract__max_attempts",
+            "id",
+            "operation_id",
+            "tool_name",
+            "state",
+            "reason",
+            "category",
+            "route",
+            "attempts",
+            "created_at",
+            "updated_at",
+            "agent__id",
+            "agent__name",
+            "contract__id",
+            "contract__max_attempts",
         )
     )
     if after is not None:
-        qs = qs.filter(Q(created_at__gt=after.created_at) | Q(created_at=after.created_at, id__gt=after.id))
+        qs = qs.filter(
+            Q(created_at__gt=after.created_at) | Q(created_at=after.created_at, id__gt=after.id)
+        )
         rows = list(qs.order_by("created_at", "id")[: size + 1])
         has_more_newer = len(rows) > size
         rows = rows[:size][::-1]
         has_more_older = True
     else:
         if before is not None:
-            qs = qs.filter(Q(created_at__lt=before.created_at) | Q(created_at=before.created_at, id__lt=before.id))
+            qs = qs.filter(
+                Q(created_at__lt=before.created_at)
+                | Q(created_at=before.created_at, id__lt=before.id)
+            )
         rows = list(qs.order_by("-created_at", "-id")[: size + 1])
         has_more_older = len(rows) > size
         rows = rows[:size]
@@ -145,15 +193,23 @@ def calls_category_counts(*, project: Project, filters: CallFilters) -> dict[str
     """Matching calls per category, ignoring the category filter itself (so the bar shows
     what picking another category would give). One grouped query."""
     qs = calls_filtered(project=project, filters=filters, ignore=("category",))
-    return {row["category"]: row["n"] for row in qs.order_by().values("category").annotate(n=Count("id"))}
+    return {
+        row["category"]: row["n"]
+        for row in qs.order_by().values("category").annotate(n=Count("id"))
+    }
 
 
 def call_filter_choices(*, project: Project) -> dict:
     """Options of the filter bar's selects: the project's agents and tool names."""
     return {
-        "agents": list(Agent.objects.filter(project=project).order_by("name").values_list("id", "name")),
+        "agents": list(
+            Agent.objects.filter(project=project).order_by("name").values_list("id", "name")
+        ),
         "tools": list(
-            ToolContract.objects.filter(project=project).order_by("name").values_list("name", flat=True).distinct()
+            ToolContract.objects.filter(project=project)
+            .order_by("name")
+            .values_list("name", flat=True)
+            .distinct()
         ),
     }
 
@@ -172,7 +228,11 @@ def call_for_detail(*, project: Project, operation_id: str) -> ToolCall | None:
 
 def call_timeline(*, call: ToolCall) -> list[CallEvent]:
     """The call's events in the order callgate received them."""
-    return list(CallEvent.objects.filter(call=call, project_id=call.project_id).order_by("received_at", "id"))
+    return list(
+        CallEvent.objects.filter(call=call, project_id=call.project_id).order_by(
+            "received_at", "id"
+        )
+    )
 
 
 def call_open_review_item(*, call: ToolCall):
@@ -180,7 +240,9 @@ def call_open_review_item(*, call: ToolCall):
     from reviews.models import ReviewItem
 
     return (
-        ReviewItem.objects.filter(call=call, status__in=[ReviewItem.Status.OPEN, ReviewItem.Status.CLAIMED])
+        ReviewItem.objects.filter(
+            call=call, status__in=[ReviewItem.Status.OPEN, ReviewItem.Status.CLAIMED]
+        )
         .select_related("assignee")
         .first()
     )
@@ -198,7 +260,9 @@ def contracts_latest(*, project: Project) -> list[dict]:
         ToolContract.objects.filter(project=project)
         .annotate(
             versions=Window(expression=Count("id"), partition_by=[F("name")]),
-            rank=Window(expression=RowNumber(), partition_by=[F("name")], order_by=F("version").desc()),
+            rank=Window(
+                expression=RowNumber(), partition_by=[F("name")], order_by=F("version").desc()
+            ),
         )
         .order_by("name", "-version")
     )
@@ -218,14 +282,16 @@ def contracts_latest(*, project: Project) -> list[dict]:
     for contract in contracts:
         row = stats.get(contract.name, {"n": 0, "argument_errors": 0, "hallucinations": 0})
         bad = row["argument_errors"] + row["hallucinations"]
-        out.append({
-            "contract": contract,
-            "versions": contract.versions,
-            "calls": row["n"],
-            "argument_errors": row["argument_errors"],
-            "hallucinations": row["hallucinations"],
-            "bad_rate": bad / row["n"] if row["n"] else None,
-        })
+        out.append(
+            {
+                "contract": contract,
+                "versions": contract.versions,
+                "calls": row["n"],
+                "argument_errors": row["argument_errors"],
+                "hallucinations": row["hallucinations"],
+                "bad_rate": bad / row["n"] if row["n"] else None,
+            }
+        )
     return out
 
 
@@ -260,11 +326,19 @@ def agents_with_keys(*, project: Project) -> list[Agent]:
         )
         .order_by("name")
     )
-    counts = {(row["agent_id"], row["status"]): row["n"] for row in
-              InboxEvent.objects.filter(project=project).values("agent_id", "status").annotate(n=Count("id")).order_by()}
-    refused = (InboxEvent.objects.filter(project=project, status=InboxEvent.Status.REJECTED)
-               .annotate(rank=Window(RowNumber(), partition_by=[F("agent_id")], order_by=F("id").desc()))
-               .filter(rank__lte=REFUSED_SHOWN).order_by("-id"))
+    counts = {
+        (row["agent_id"], row["status"]): row["n"]
+        for row in InboxEvent.objects.filter(project=project)
+        .values("agent_id", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    }
+    refused = (
+        InboxEvent.objects.filter(project=project, status=InboxEvent.Status.REJECTED)
+        .annotate(rank=Window(RowNumber(), partition_by=[F("agent_id")], order_by=F("id").desc()))
+        .filter(rank__lte=REFUSED_SHOWN)
+        .order_by("-id")
+    )
     by_agent: dict[int, list[InboxEvent]] = {}
     for row in refused:
         by_agent.setdefault(row.agent_id, []).append(row)

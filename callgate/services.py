@@ -2,6 +2,7 @@
 
 Services take keyword-only arguments, validate, and keep their transactions short.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -15,7 +16,16 @@ from callgate.classification import schema_problems
 from callgate.ingest import arguments_digest, derive_operation_id, events_apply, redact
 from callgate.lifecycle import IllegalTransition
 from callgate.lint import lint_contract
-from callgate.models import Agent, AgentTool, CallEvent, Membership, Project, RequestBudget, ToolCall, ToolContract
+from callgate.models import (
+    Agent,
+    AgentTool,
+    CallEvent,
+    Membership,
+    Project,
+    RequestBudget,
+    ToolCall,
+    ToolContract,
+)
 from callgate.schemas import ApprovalExpiredEvent, ContractIn, DecisionEvent, ReconciledEvent
 from callgate.taxonomy import Reason, Route, category_of
 
@@ -23,7 +33,9 @@ from callgate.taxonomy import Reason, Route, category_of
 def project_create(*, slug: str, name: str) -> tuple[Project, bool]:
     """Create a project, or return the existing one with this slug. Raises ValueError on a bad slug."""
     if slugify(slug) != slug or not slug:
-        raise ValueError(f"project slug must be lowercase letters, digits and hyphens, got {slug!r}")
+        raise ValueError(
+            f"project slug must be lowercase letters, digits and hyphens, got {slug!r}"
+        )
     return Project.objects.get_or_create(slug=slug, defaults={"name": name})
 
 
@@ -35,7 +47,9 @@ def project_by_slug(slug: str) -> Project:
 
 
 @transaction.atomic
-def membership_set(*, project_slug: str, username: str, role: str, password: str | None = None) -> Membership:
+def membership_set(
+    *, project_slug: str, username: str, role: str, password: str | None = None
+) -> Membership:
     """Give ``username`` the ``role`` in the project (created or changed). With ``password`` a
     missing user is created. Raises ValueError for an unknown project or user."""
     project = project_by_slug(project_slug)
@@ -47,7 +61,9 @@ def membership_set(*, project_slug: str, username: str, role: str, password: str
         if not password:
             raise ValueError(f"no user {username!r}; pass --password to create one")
         user = User.objects.create_user(username=username, password=password)
-    membership, _ = Membership.objects.update_or_create(user=user, project=project, defaults={"role": role})
+    membership, _ = Membership.objects.update_or_create(
+        user=user, project=project, defaults={"role": role}
+    )
     return membership
 
 
@@ -76,7 +92,9 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
     ``name`` differs from the URL's, or a changed contract from an agent that has not
     registered this tool while others have (one agent cannot weaken another's contract)."""
     if payload.name is not None and payload.name != name:
-        raise ContractRejected("name", f"the body names {payload.name!r} but the URL names {name!r}")
+        raise ContractRejected(
+            "name", f"the body names {payload.name!r} but the URL names {name!r}"
+        )
     if problem := schema_problems(payload.parameters):
         raise ContractRejected("parameters", problem)
     body = payload.model_dump(mode="json", exclude={"name", "version"})
@@ -91,28 +109,51 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
     for attempt in range(3):
         try:
             with transaction.atomic():
-                latest = ToolContract.objects.filter(project=project, name=name).order_by("-version").first()
+                latest = (
+                    ToolContract.objects.filter(project=project, name=name)
+                    .order_by("-version")
+                    .first()
+                )
                 if latest is not None and latest.digest != digest:
-                    owners = list(AgentTool.objects.filter(agent__project=project, name=name)
-                                  .values_list("agent__name", flat=True))
+                    owners = list(
+                        AgentTool.objects.filter(agent__project=project, name=name).values_list(
+                            "agent__name", flat=True
+                        )
+                    )
                     if owners and agent.name not in owners:
-                        raise ContractRejected("name", f"{name!r} is registered by {', '.join(sorted(owners))}; only "
-                                                       "they can publish a changed contract (the same one joins)")
+                        raise ContractRejected(
+                            "name",
+                            f"{name!r} is registered by {', '.join(sorted(owners))}; only "
+                            "they can publish a changed contract (the same one joins)",
+                        )
                 AgentTool.objects.get_or_create(agent=agent, name=name)
                 if latest is not None and latest.digest == digest:
                     return latest, False
-                report = lint_contract(name=name, description=payload.description, parameters=payload.parameters)
+                report = lint_contract(
+                    name=name, description=payload.description, parameters=payload.parameters
+                )
                 contract = ToolContract.objects.create(
-                    project=project, name=name, version=(latest.version + 1) if latest else 1,
-                    label=payload.version or "", description=payload.description, parameters=payload.parameters,
-                    effect=payload.effect, idempotent=payload.idempotent, reconcile_method=method,
-                    reconcile_url=payload.reconcile_url or "", max_attempts=payload.max_attempts,
-                    max_reasks=payload.max_reasks, retry_initial_interval=payload.retry.initial_interval,
+                    project=project,
+                    name=name,
+                    version=(latest.version + 1) if latest else 1,
+                    label=payload.version or "",
+                    description=payload.description,
+                    parameters=payload.parameters,
+                    effect=payload.effect,
+                    idempotent=payload.idempotent,
+                    reconcile_method=method,
+                    reconcile_url=payload.reconcile_url or "",
+                    max_attempts=payload.max_attempts,
+                    max_reasks=payload.max_reasks,
+                    retry_initial_interval=payload.retry.initial_interval,
                     retry_backoff_coefficient=payload.retry.backoff_coefficient,
                     retry_maximum_interval=payload.retry.maximum_interval,
-                    deadline_seconds=payload.retry.deadline_seconds, requires_approval=payload.requires_approval,
+                    deadline_seconds=payload.retry.deadline_seconds,
+                    requires_approval=payload.requires_approval,
                     approval_timeout_seconds=payload.approval_timeout_seconds,
-                    sensitive_fields=payload.sensitive_fields, digest=digest, lint_score=report.score,
+                    sensitive_fields=payload.sensitive_fields,
+                    digest=digest,
+                    lint_score=report.score,
                     lint_findings=[f.as_dict() for f in report.findings],
                 )
                 return contract, True
@@ -128,7 +169,9 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
 def _apply_one(*, call: ToolCall, event, source: str, user=None) -> ToolCall:
     """Apply one event to ``call`` through the ingest path; raises IllegalTransition or
     ValueError when the rules refuse it."""
-    outcome = events_apply(project=call.project, agent=call.agent, events=[event], source=source, user=user)[0]
+    outcome = events_apply(
+        project=call.project, agent=call.agent, events=[event], source=source, user=user
+    )[0]
     if outcome.status != "accepted":
         message = "; ".join(e["msg"] for e in outcome.errors) or outcome.status
         raise IllegalTransition(call.state, event.type, message)
@@ -136,35 +179,58 @@ def _apply_one(*, call: ToolCall, event, source: str, user=None) -> ToolCall:
 
 
 def _envelope(call: ToolCall) -> dict:
-    return {"event_id": uuid.uuid4(), "occurred_at": timezone.now(), "operation_id": call.operation_id}
+    return {
+        "event_id": uuid.uuid4(),
+        "occurred_at": timezone.now(),
+        "operation_id": call.operation_id,
+    }
 
 
 def call_apply_decision(*, call: ToolCall, decision: str, reason: str, user) -> ToolCall:
     """An operator's decision (``approve``, ``reject``, ``approve_retry``, ``mark_applied``,
     ``mark_failed``) on ``call``, per TAXONOMY "Human decisions". Records an operator event.
     Raises ``callgate.lifecycle.IllegalTransition`` when the call's state does not allow it."""
-    event = DecisionEvent(type="decision", decision=decision, reason=reason or "", **_envelope(call))
+    event = DecisionEvent(
+        type="decision", decision=decision, reason=reason or "", **_envelope(call)
+    )
     return _apply_one(call=call, event=event, source=CallEvent.Source.OPERATOR, user=user)
 
 
 def call_approval_expired(*, call: ToolCall) -> ToolCall:
     """Nobody decided before the approval timeout: ``approval_expired`` (never an approval)."""
-    return _apply_one(call=call, event=ApprovalExpiredEvent(type="approval_expired", **_envelope(call)),
-                      source=CallEvent.Source.CALLGATE)
+    return _apply_one(
+        call=call,
+        event=ApprovalExpiredEvent(type="approval_expired", **_envelope(call)),
+        source=CallEvent.Source.CALLGATE,
+    )
 
 
 def call_approval_extend(*, call: ToolCall, expires_at) -> int:
     """Move the approval timeout of a call still ``pending_approval`` to ``expires_at``.
     Returns 1 when the call was waiting, else 0 (it was decided or expired meanwhile)."""
     return ToolCall.objects.filter(pk=call.pk, state=ToolCall.State.PENDING_APPROVAL).update(
-        approval_expires_at=expires_at, updated_at=timezone.now())
+        approval_expires_at=expires_at, updated_at=timezone.now()
+    )
 
 
-def call_reconciled(*, call: ToolCall, found: bool, matches: bool, source: str = CallEvent.Source.CALLGATE,
-                    detail: dict | None = None, receipt=None) -> ToolCall:
+def call_reconciled(
+    *,
+    call: ToolCall,
+    found: bool,
+    matches: bool,
+    source: str = CallEvent.Source.CALLGATE,
+    detail: dict | None = None,
+    receipt=None,
+) -> ToolCall:
     """Record a look-up of the operation in the target: applied, absent or different."""
-    event = ReconciledEvent(type="reconciled", found=found, matches=matches, receipt=receipt, detail=detail,
-                            **_envelope(call))
+    event = ReconciledEvent(
+        type="reconciled",
+        found=found,
+        matches=matches,
+        receipt=receipt,
+        detail=detail,
+        **_envelope(call),
+    )
     return _apply_one(call=call, event=event, source=source)
 
 
@@ -179,13 +245,25 @@ def call_reconcile_failed(*, call: ToolCall, detail: dict) -> ToolCall:
         escalate = locked.state == ToolCall.State.RECONCILING
         now = timezone.now()
         CallEvent.objects.create(
-            project_id=locked.project_id, call=locked, kind=CallEvent.Kind.RECONCILED, source=CallEvent.Source.CALLGATE,
-            body={"type": "reconciled", "found": None, "detail": detail}, occurred_at=now, reason=locked.reason,
-            category=locked.category, route=Route.REVIEW, observation=locked.observation,
-            state_before=locked.state, state_after=ToolCall.State.IN_REVIEW,
+            project_id=locked.project_id,
+            call=locked,
+            kind=CallEvent.Kind.RECONCILED,
+            source=CallEvent.Source.CALLGATE,
+            body={"type": "reconciled", "found": None, "detail": detail},
+            occurred_at=now,
+            reason=locked.reason,
+            category=locked.category,
+            route=Route.REVIEW,
+            observation=locked.observation,
+            state_before=locked.state,
+            state_after=ToolCall.State.IN_REVIEW,
         )
         if escalate:
-            locked.state, locked.route, locked.updated_at = ToolCall.State.IN_REVIEW, Route.REVIEW, now
+            locked.state, locked.route, locked.updated_at = (
+                ToolCall.State.IN_REVIEW,
+                Route.REVIEW,
+                now,
+            )
             locked.save(update_fields=["state", "route", "updated_at"])
             from reviews.services import review_item_open
 
@@ -196,22 +274,41 @@ def call_reconcile_failed(*, call: ToolCall, detail: dict) -> ToolCall:
 def call_deadline_passed(*, call: ToolCall) -> ToolCall:
     """A call still waiting to retry after its deadline: ``retry_exhausted`` (route review)."""
     with transaction.atomic():
-        locked = ToolCall.objects.select_for_update(of=("self",)).select_related("contract").get(pk=call.pk)
+        locked = (
+            ToolCall.objects.select_for_update(of=("self",))
+            .select_related("contract")
+            .get(pk=call.pk)
+        )
         if locked.state != ToolCall.State.RETRY_WAIT:
             return locked
         now = timezone.now()
-        observation = (f"{locked.tool_name} could not be completed before its deadline. Do not call it again; "
-                       "an operator will review it.")
+        observation = (
+            f"{locked.tool_name} could not be completed before its deadline. Do not call it again; "
+            "an operator will review it."
+        )
         CallEvent.objects.create(
-            project_id=locked.project_id, call=locked, kind=CallEvent.Kind.ATTEMPT, source=CallEvent.Source.CALLGATE,
-            body={"type": "deadline_passed", "deadline": locked.deadline.isoformat() if locked.deadline else None},
-            occurred_at=now, reason=Reason.RETRY_EXHAUSTED, category=category_of(Reason.RETRY_EXHAUSTED),
-            route=Route.REVIEW, observation=observation, state_before=locked.state, state_after=ToolCall.State.IN_REVIEW,
+            project_id=locked.project_id,
+            call=locked,
+            kind=CallEvent.Kind.ATTEMPT,
+            source=CallEvent.Source.CALLGATE,
+            body={
+                "type": "deadline_passed",
+                "deadline": locked.deadline.isoformat() if locked.deadline else None,
+            },
+            occurred_at=now,
+            reason=Reason.RETRY_EXHAUSTED,
+            category=category_of(Reason.RETRY_EXHAUSTED),
+            route=Route.REVIEW,
+            observation=observation,
+            state_before=locked.state,
+            state_after=ToolCall.State.IN_REVIEW,
         )
         locked.state, locked.reason = ToolCall.State.IN_REVIEW, Reason.RETRY_EXHAUSTED
         locked.category, locked.route = category_of(Reason.RETRY_EXHAUSTED), Route.REVIEW
         locked.observation, locked.updated_at = observation, now
-        locked.save(update_fields=["state", "reason", "category", "route", "observation", "updated_at"])
+        locked.save(
+            update_fields=["state", "reason", "category", "route", "observation", "updated_at"]
+        )
         from reviews.services import review_item_open
 
         review_item_open(call=locked)
@@ -221,30 +318,59 @@ def call_deadline_passed(*, call: ToolCall) -> ToolCall:
 # --- history (replay and case files) ------------------------------------------------------
 
 
-def receipt_import(*, agent: Agent, tool: str, arguments: dict, result, operation_id: str | None = None,
-                   request_id: str | None = None) -> ToolCall:
+def receipt_import(
+    *,
+    agent: Agent,
+    tool: str,
+    arguments: dict,
+    result,
+    operation_id: str | None = None,
+    request_id: str | None = None,
+) -> ToolCall:
     """Store a success that happened before callgate saw it (a case file's ``history``):
     a succeeded call with its receipt, under the given or derived operation ID."""
     if not operation_id:
         if not request_id:
             raise ValueError("a receipt needs operation_id or request_id")
         operation_id = derive_operation_id(request_id=request_id, tool=tool, arguments=arguments)
-    contract = ToolContract.objects.filter(project=agent.project, name=tool).order_by("-version").first()
+    contract = (
+        ToolContract.objects.filter(project=agent.project, name=tool).order_by("-version").first()
+    )
     now = timezone.now()
     return ToolCall.objects.create(
-        project=agent.project, agent=agent, operation_id=operation_id, request_id=request_id or "", tool_name=tool,
-        contract=contract, arguments=redact(arguments, contract.sensitive_fields if contract else ()),
-        arguments_digest=arguments_digest(arguments), state=ToolCall.State.SUCCEEDED, reason=Reason.OK,
-        category=category_of(Reason.OK), route=Route.PROCEED, attempts=1, receipt=result, receipt_at=now,
+        project=agent.project,
+        agent=agent,
+        operation_id=operation_id,
+        request_id=request_id or "",
+        tool_name=tool,
+        contract=contract,
+        arguments=redact(arguments, contract.sensitive_fields if contract else ()),
+        arguments_digest=arguments_digest(arguments),
+        state=ToolCall.State.SUCCEEDED,
+        reason=Reason.OK,
+        category=category_of(Reason.OK),
+        route=Route.PROCEED,
+        attempts=1,
+        receipt=result,
+        receipt_at=now,
     )
 
 
-def request_budget_set(*, project: Project, request_id: str, tool_name: str, reasks_used: int) -> None:
+def request_budget_set(
+    *, project: Project, request_id: str, tool_name: str, reasks_used: int
+) -> None:
     """Set the re-asks already used for a request and tool (a case file's ``history``)."""
     RequestBudget.objects.update_or_create(
-        project=project, request_id=request_id, tool_name=tool_name, defaults={"reasks_used": reasks_used})
+        project=project,
+        request_id=request_id,
+        tool_name=tool_name,
+        defaults={"reasks_used": reasks_used},
+    )
 
 
 def gate_envelope(gate) -> dict:
     """``event_id`` and ``occurred_at`` of a gate request, generated when the agent sent none."""
-    return {"event_id": gate.event_id or uuid.uuid4(), "occurred_at": gate.occurred_at or timezone.now()}
+    return {
+        "event_id": gate.event_id or uuid.uuid4(),
+        "occurred_at": gate.occurred_at or timezone.now(),
+    }

@@ -5,6 +5,7 @@ Every value comes from an environment variable through a typed reader that raise
 start-up instead of at the first request. ``NAME_FILE`` variants (Docker secrets) are
 accepted for secrets. Test-only overrides live in ``tests/conftest.py``.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,7 +67,9 @@ def env_database(name: str, default: str) -> dict:
     """A database URL (``postgres://…``, ``sqlite:///path``) parsed by dj-database-url."""
     raw = os.getenv(name) or default
     if "://" not in raw:
-        raise ImproperlyConfigured(f"{name} must be a URL such as postgres://user@host/db, got {raw!r}")
+        raise ImproperlyConfigured(
+            f"{name} must be a URL such as postgres://user@host/db, got {raw!r}"
+        )
     try:
         config = dj_database_url.parse(raw, conn_max_age=60, conn_health_checks=True)
     except (ValueError, KeyError) as exc:
@@ -81,7 +84,9 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY is required when DEBUG is off (or set SECRET_KEY_FILE)")
+        raise ImproperlyConfigured(
+            "SECRET_KEY is required when DEBUG is off (or set SECRET_KEY_FILE)"
+        )
     SECRET_KEY = "insecure-local-development-key-only-used-with-DEBUG-on"
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
@@ -244,7 +249,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 6 * 1024 * 1024
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or None
 CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL is None
 CELERY_TASK_EAGER_PROPAGATES = False
-CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or (CELERY_BROKER_URL if CELERY_BROKER_URL else None)
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or (
+    CELERY_BROKER_URL if CELERY_BROKER_URL else None
+)
 #: The queue tasks go to (and workers read with ``-Q``); separate deployments on one broker each take their own.
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE") or "celery"
 CELERY_TASK_ACKS_LATE = True
@@ -258,14 +265,38 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BEAT_SCHEDULE: dict = {
     # periodic jobs of callgate.tasks; each is idempotent and bounded per run ("expires": a
     # run that waited longer than its period in the queue is dropped, the next one comes)
-    "inbox-sweep": {"task": "callgate.tasks.sweep_inbox", "schedule": 10.0, "options": {"expires": 10}},
-    "reconcile-outbox-sweep": {"task": "callgate.tasks.sweep_reconciling", "schedule": 60.0, "options": {"expires": 60}},
-    "retry-deadline-sweep": {"task": "callgate.tasks.sweep_deadlines", "schedule": 30.0, "options": {"expires": 30}},
-    "retention-purge": {"task": "callgate.tasks.purge_events", "schedule": 3600.0, "options": {"expires": 3600}},
+    "inbox-sweep": {
+        "task": "callgate.tasks.sweep_inbox",
+        "schedule": 10.0,
+        "options": {"expires": 10},
+    },
+    "reconcile-outbox-sweep": {
+        "task": "callgate.tasks.sweep_reconciling",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
+    "retry-deadline-sweep": {
+        "task": "callgate.tasks.sweep_deadlines",
+        "schedule": 30.0,
+        "options": {"expires": 30},
+    },
+    "retention-purge": {
+        "task": "callgate.tasks.purge_events",
+        "schedule": 3600.0,
+        "options": {"expires": 3600},
+    },
     # reviews: lapse claims whose lease ran out, expire approval items past their timeout
-    "reviews-housekeeping": {"task": "reviews.tasks.review_housekeeping", "schedule": 30.0, "options": {"expires": 30}},
+    "reviews-housekeeping": {
+        "task": "reviews.tasks.review_housekeeping",
+        "schedule": 30.0,
+        "options": {"expires": 30},
+    },
     # report rollups (callgate.rollups): recompute the hour buckets of calls changed since the last run
-    "refresh-rollups": {"task": "callgate.rollups.refresh_rollups", "schedule": 60.0, "options": {"expires": 60}},
+    "refresh-rollups": {
+        "task": "callgate.rollups.refresh_rollups",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
 }
 
 # --- callgate
@@ -287,6 +318,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
-        "celery.app.trace": {"level": "WARNING"},  # one line per task run is noise; failures still show
+        "celery.app.trace": {
+            "level": "WARNING"
+        },  # one line per task run is noise; failures still show
     },
 }

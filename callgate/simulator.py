@@ -426,7 +426,12 @@ class SimulatorService:
             return None, SimResponse.json(404, {"error": f"ticket {ticket_id} not found"})
         if ticket["tenant"] != tenant:
             return None, SimResponse.json(
-                403, {"error": f"ticket {ticket_id} belongs to tenant {ticket['tenant']}", "owner": ticket["tenant"]})
+                403,
+                {
+                    "error": f"ticket {ticket_id} belongs to tenant {ticket['tenant']}",
+                    "owner": ticket["tenant"],
+                },
+            )
         return ticket, None
 
     @staticmethod

@@ -153,16 +153,23 @@ def drain_inbox_enqueue(project_id: int) -> None:
     try:
         drain_inbox.delay(project_id)
     except Exception:
-        logger.warning("could not enqueue drain_inbox(%s); the inbox sweep will apply the events", project_id,
-                       exc_info=True)
+        logger.warning(
+            "could not enqueue drain_inbox(%s); the inbox sweep will apply the events",
+            project_id,
+            exc_info=True,
+        )
 
 
 @shared_task(name="callgate.tasks.sweep_inbox", ignore_result=True)
 def sweep_inbox() -> int:
     """Drain every project that has pending inbox events (a ``drain_inbox`` lost with its
     broker or worker). Returns rows processed."""
-    project_ids = (InboxEvent.objects.filter(status=InboxEvent.Status.PENDING)
-                   .values_list("project_id", flat=True).distinct().order_by())
+    project_ids = (
+        InboxEvent.objects.filter(status=InboxEvent.Status.PENDING)
+        .values_list("project_id", flat=True)
+        .distinct()
+        .order_by()
+    )
     return sum(inbox_drain(project_id) for project_id in list(project_ids))
 
 
@@ -214,8 +221,12 @@ def purge_events() -> int:
         cutoff = now - timedelta(days=project.retention_days)
         for model, old in (
             (CallEvent, CallEvent.objects.filter(project=project, received_at__lt=cutoff)),
-            (InboxEvent, InboxEvent.objects.filter(project=project, status=InboxEvent.Status.REJECTED,
-                                                   received_at__lt=cutoff)),
+            (
+                InboxEvent,
+                InboxEvent.objects.filter(
+                    project=project, status=InboxEvent.Status.REJECTED, received_at__lt=cutoff
+                ),
+            ),
         ):
             for _ in range(PURGE_MAX_BATCHES):
                 ids = list(old.order_by().values_list("pk", flat=True)[:PURGE_BATCH])

@@ -4,6 +4,7 @@ The slugs are stable API values: never rename one. Each reason belongs to exactl
 category and implies one route (``reconciled_absent`` is the only reason whose route
 depends on the contract: ``retry`` when the target is idempotent, else ``review``).
 """
+
 from __future__ import annotations
 
 from django.db import models

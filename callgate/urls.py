@@ -5,6 +5,7 @@
 - ``/p/<project>/…``       browser pages of one project: ``callgate.views``, ``reviews.views``
 - ``/login/``, ``/logout/``, ``/admin/``
 """
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -22,7 +23,9 @@ project_patterns = [
     path("agents/", views.agents, name="agents"),
     path("agents/<int:agent_id>/keys/", views.agent_key_create, name="agent_key_create"),
     path("agents/keys/<int:key_id>/revoke/", views.agent_key_revoke, name="agent_key_revoke"),
-    path("reports/", include(report_views.urlpatterns)),  # callgate:reports, callgate:reports-<section>
+    path(
+        "reports/", include(report_views.urlpatterns)
+    ),  # callgate:reports, callgate:reports-<section>
 ]
 
 urlpatterns = [
@@ -35,5 +38,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("p/<slug:project>/", include((project_patterns, "callgate"))),
     path("p/<slug:project>/review/", include("reviews.urls")),
-    path("simulator/", include("callgate.simulator")),  # demo target system; 404 unless DEBUG/CALLGATE_SIMULATOR
+    path(
+        "simulator/", include("callgate.simulator")
+    ),  # demo target system; 404 unless DEBUG/CALLGATE_SIMULATOR
 ]

@@ -3,6 +3,7 @@
 Views parse the request, call selectors (reads) or services (writes) and render; the
 calls list serves both the full page and its rows fragment (htmx polling) from one view.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, time, timedelta
@@ -101,7 +102,9 @@ def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
     elif raw_since:
         values["since"] = _parse_time(raw_since)
         if values["since"] is None:
-            errors.append(f"'since' must be 1h, 24h, 7d, 30d or an ISO date-time, got {raw_since!r}: ignored.")
+            errors.append(
+                f"'since' must be 1h, 24h, 7d, 30d or an ISO date-time, got {raw_since!r}: ignored."
+            )
     raw_until = params.get("until", "").strip()
     if raw_until:
         values["until"] = _parse_time(raw_until, end=True)
@@ -132,7 +135,14 @@ def _chips(params: QueryDict, *, filters: CallFilters, agents: dict[int, str]) -
         elif name == "state" and filters.state:
             value = ToolCall.State(filters.state).label
         label = {"q": "operation ID", "tool": "tool"}.get(name, name)
-        chips.append({"name": name, "label": label, "value": value, "clear_query": _query(params, drop=(name,))})
+        chips.append(
+            {
+                "name": name,
+                "label": label,
+                "value": value,
+                "clear_query": _query(params, drop=(name,)),
+            }
+        )
     return chips
 
 
@@ -168,26 +178,33 @@ def calls(request: HttpRequest) -> HttpResponse:
     agents = dict(choices["agents"])
     counts = selectors.calls_category_counts(project=project, filters=filters)
     total = counts.get(filters.category, 0) if filters.category else sum(counts.values())
-    context.update({
-        "filters": filters,
-        "errors": errors,
-        "chips": _chips(request.GET, filters=filters, agents=agents),
-        "category_counts": [
-            {"value": c.value, "label": c.label, "n": counts.get(c.value, 0),
-             "query": _query(request.GET, drop=("category",), category=c.value),
-             "clear_query": _query(request.GET, drop=("category",))}
-            for c in Category if counts.get(c.value)
-        ],
-        "total": total,
-        "choices": choices,
-        "reasons": Reason.values,
-        "routes": Route.choices,
-        "states": ToolCall.State.choices,
-        "presets": list(TIME_PRESETS),
-        "params": request.GET,
-        "before": request.GET.get("before", ""),
-        "after": request.GET.get("after", ""),
-    })
+    context.update(
+        {
+            "filters": filters,
+            "errors": errors,
+            "chips": _chips(request.GET, filters=filters, agents=agents),
+            "category_counts": [
+                {
+                    "value": c.value,
+                    "label": c.label,
+                    "n": counts.get(c.value, 0),
+                    "query": _query(request.GET, drop=("category",), category=c.value),
+                    "clear_query": _query(request.GET, drop=("category",)),
+                }
+                for c in Category
+                if counts.get(c.value)
+            ],
+            "total": total,
+            "choices": choices,
+            "reasons": Reason.values,
+            "routes": Route.choices,
+            "states": ToolCall.State.choices,
+            "presets": list(TIME_PRESETS),
+            "params": request.GET,
+            "before": request.GET.get("before", ""),
+            "after": request.GET.get("after", ""),
+        }
+    )
     return render(request, "callgate/calls.html", context)
 
 
@@ -198,12 +215,16 @@ def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
     call = selectors.call_for_detail(project=request.project, operation_id=operation_id)
     if call is None:
         raise Http404("No such call in this project.")
-    return render(request, "callgate/call_detail.html", {
-        "call": call,
-        "events": selectors.call_timeline(call=call),
-        "review_item": selectors.call_open_review_item(call=call),
-        "nav_active": "calls",
-    })
+    return render(
+        request,
+        "callgate/call_detail.html",
+        {
+            "call": call,
+            "events": selectors.call_timeline(call=call),
+            "review_item": selectors.call_open_review_item(call=call),
+            "nav_active": "calls",
+        },
+    )
 
 
 # --- contracts ---------------------------------------------------------------------------
@@ -214,10 +235,14 @@ def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
 def contracts(request: HttpRequest) -> HttpResponse:
     """Every tool's latest contract with its lint score and how often calls to it fail
     on arguments or hallucinations."""
-    return render(request, "callgate/contracts.html", {
-        "rows": selectors.contracts_latest(project=request.project),
-        "nav_active": "contracts",
-    })
+    return render(
+        request,
+        "callgate/contracts.html",
+        {
+            "rows": selectors.contracts_latest(project=request.project),
+            "nav_active": "contracts",
+        },
+    )
 
 
 @require_GET
@@ -228,22 +253,32 @@ def contract_detail(request: HttpRequest, name: str) -> HttpResponse:
     if not versions:
         raise Http404("No such contract in this project.")
     pairs = list(zip(versions, versions[1:] + [None]))
-    return render(request, "callgate/contract_detail.html", {
-        "name": name,
-        "latest": versions[0],
-        "versions": [
-            {"contract": c, "previous": previous, "changes": _contract_changes(c, previous)} for c, previous in pairs
-        ],
-        "nav_active": "contracts",
-    })
+    return render(
+        request,
+        "callgate/contract_detail.html",
+        {
+            "name": name,
+            "latest": versions[0],
+            "versions": [
+                {"contract": c, "previous": previous, "changes": _contract_changes(c, previous)}
+                for c, previous in pairs
+            ],
+            "nav_active": "contracts",
+        },
+    )
 
 
 #: contract fields compared between versions, with their plain-words names
 _DIFF_FIELDS = [
-    ("description", "description"), ("effect", "effect"), ("idempotent", "idempotent"),
-    ("reconcile_method", "reconcile method"), ("reconcile_url", "reconcile URL"),
-    ("max_attempts", "max attempts"), ("max_reasks", "max re-asks"),
-    ("requires_approval", "requires approval"), ("sensitive_fields", "sensitive fields"),
+    ("description", "description"),
+    ("effect", "effect"),
+    ("idempotent", "idempotent"),
+    ("reconcile_method", "reconcile method"),
+    ("reconcile_url", "reconcile URL"),
+    ("max_attempts", "max attempts"),
+    ("max_reasks", "max re-asks"),
+    ("requires_approval", "requires approval"),
+    ("sensitive_fields", "sensitive fields"),
     ("deadline_seconds", "deadline"),
 ]
 
@@ -252,8 +287,11 @@ def _contract_changes(contract, previous) -> list[str]:
     """What changed from ``previous`` to ``contract``, in plain words (a diff hint)."""
     if previous is None:
         return []
-    changes = [f"{label} changed" for field, label in _DIFF_FIELDS
-               if getattr(contract, field) != getattr(previous, field)]
+    changes = [
+        f"{label} changed"
+        for field, label in _DIFF_FIELDS
+        if getattr(contract, field) != getattr(previous, field)
+    ]
     old_props = set((previous.parameters or {}).get("properties", {}))
     new_props = set((contract.parameters or {}).get("properties", {}))
     if new_props - old_props:
@@ -268,14 +306,21 @@ def _contract_changes(contract, previous) -> list[str]:
 # --- agents ------------------------------------------------------------------------------
 
 
-def _agents_page(request: HttpRequest, *, issued=None, error: str = "", status: int = 200) -> HttpResponse:
-    response = render(request, "callgate/agents.html", {
-        "agents": selectors.agents_with_keys(project=request.project),
-        "can_manage": request.membership.has_role(Role.ADMIN),
-        "issued": issued,
-        "error": error,
-        "nav_active": "agents",
-    }, status=status)
+def _agents_page(
+    request: HttpRequest, *, issued=None, error: str = "", status: int = 200
+) -> HttpResponse:
+    response = render(
+        request,
+        "callgate/agents.html",
+        {
+            "agents": selectors.agents_with_keys(project=request.project),
+            "can_manage": request.membership.has_role(Role.ADMIN),
+            "issued": issued,
+            "error": error,
+            "nav_active": "agents",
+        },
+        status=status,
+    )
     if issued is not None:
         response["Cache-Control"] = "no-store"  # the plain key must not be kept anywhere
     return response
@@ -304,7 +349,8 @@ def agent_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     api_key = get_object_or_404(ApiKey, pk=key_id, project=request.project)
     if request.POST.get("confirm", "").strip() != api_key.prefix:
         return _agents_page(
-            request, status=400,
+            request,
+            status=400,
             error=f"Key cg_{api_key.prefix}_… was not revoked: type its prefix {api_key.prefix} to confirm.",
         )
     api_key_revoke(api_key=api_key)

@@ -1,4 +1,5 @@
 """WSGI entry point for gunicorn: ``gunicorn callgate.wsgi``."""
+
 import gc
 import os
 

@@ -5,7 +5,16 @@ from reviews.models import ReviewAudit, ReviewItem, WebhookDelivery
 
 @admin.register(ReviewItem)
 class ReviewItemAdmin(admin.ModelAdmin):
-    list_display = ("id", "project", "kind", "status", "reason", "priority", "assignee", "created_at")
+    list_display = (
+        "id",
+        "project",
+        "kind",
+        "status",
+        "reason",
+        "priority",
+        "assignee",
+        "created_at",
+    )
     list_filter = ("status", "kind", "project")
     search_fields = ("call__operation_id", "call__tool_name", "reason")
     raw_id_fields = ("call", "assignee", "resolved_by")
@@ -16,7 +25,15 @@ class ReviewItemAdmin(admin.ModelAdmin):
 class ReviewAuditAdmin(admin.ModelAdmin):
     """Read-only: the trail is append-only."""
 
-    list_display = ("created_at", "item", "actor", "action", "state_before", "state_after", "override")
+    list_display = (
+        "created_at",
+        "item",
+        "actor",
+        "action",
+        "state_before",
+        "state_after",
+        "override",
+    )
     list_filter = ("action", "override")
 
     def has_add_permission(self, request):

@@ -1,4 +1,5 @@
 """Input parsing for the review pages (no logic: services validate and act)."""
+
 from __future__ import annotations
 
 from django import forms
@@ -13,7 +14,9 @@ class DecisionForm(forms.Form):
     override = forms.BooleanField(required=False)
 
     def reason_text(self) -> str:
-        return (self.cleaned_data.get("reason") or "").strip() or (self.cleaned_data.get("preset") or "").strip()
+        return (self.cleaned_data.get("reason") or "").strip() or (
+            self.cleaned_data.get("preset") or ""
+        ).strip()
 
 
 class CommentForm(forms.Form):
@@ -25,7 +28,9 @@ class ExtendForm(forms.Form):
 
 
 class BulkForm(forms.Form):
-    action = forms.ChoiceField(choices=[("reject", "Reject"), ("assign", "Assign"), ("claim", "Claim")])
+    action = forms.ChoiceField(
+        choices=[("reject", "Reject"), ("assign", "Assign"), ("claim", "Claim")]
+    )
     all_matching = forms.BooleanField(required=False)
     reason = forms.CharField(required=False, max_length=2000)
     preset = forms.CharField(required=False, max_length=500)
@@ -36,4 +41,6 @@ class BulkForm(forms.Form):
         return [int(v) for v in self.data.getlist("ids") if str(v).isdigit()][:1000]
 
     def reason_text(self) -> str:
-        return (self.cleaned_data.get("reason") or "").strip() or (self.cleaned_data.get("preset") or "").strip()
+        return (self.cleaned_data.get("reason") or "").strip() or (
+            self.cleaned_data.get("preset") or ""
+        ).strip()

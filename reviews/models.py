@@ -7,6 +7,7 @@
   state before and after, reason). Comments are audit rows with ``action="comment"``.
 - ``WebhookDelivery``: one attempt to POST a decision to the agent's webhook.
 """
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -41,10 +42,16 @@ class ReviewItem(models.Model):
     call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="review_items")
     kind = models.CharField(max_length=12, choices=Kind.choices, default=Kind.ESCALATION)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.OPEN)
-    reason = models.CharField(max_length=32, help_text="The call's reason when the item was opened.")
+    reason = models.CharField(
+        max_length=32, help_text="The call's reason when the item was opened."
+    )
     priority = models.PositiveSmallIntegerField(default=2, help_text="0 is the most urgent.")
     assignee = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="review_items"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="review_items",
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -61,7 +68,9 @@ class ReviewItem(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["call"], condition=models.Q(status__in=["open", "claimed"]), name="reviewitem_one_open_per_call"
+                fields=["call"],
+                condition=models.Q(status__in=["open", "claimed"]),
+                name="reviewitem_one_open_per_call",
             ),
         ]
         indexes = [
@@ -73,7 +82,9 @@ class ReviewItem(models.Model):
             ),
             # review_leases_lapse: claimed items whose lease ran out
             models.Index(
-                fields=["lease_expires_at"], name="reviewitem_claimed_lease", condition=models.Q(status="claimed")
+                fields=["lease_expires_at"],
+                name="reviewitem_claimed_lease",
+                condition=models.Q(status="claimed"),
             ),
             # review_items_expire: approval items past their timeout
             models.Index(
@@ -82,7 +93,9 @@ class ReviewItem(models.Model):
                 condition=models.Q(status__in=["open", "claimed"], kind="approval"),
             ),
             # progress per assignee: decided today
-            models.Index(fields=["project", "resolved_by", "resolved_at"], name="reviewitem_resolved_by"),
+            models.Index(
+                fields=["project", "resolved_by", "resolved_at"], name="reviewitem_resolved_by"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -141,7 +154,9 @@ class ReviewAudit(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     item = models.ForeignKey(ReviewItem, on_delete=models.CASCADE, related_name="audit")
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     action = models.CharField(max_length=16, choices=Action.choices)
     state_before = models.CharField(max_length=12, blank=True)
     state_after = models.CharField(max_length=12, blank=True)
@@ -181,7 +196,9 @@ class WebhookDelivery(models.Model):
     """One attempt to POST a decision to the agent's webhook (see ``reviews.tasks``)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
-    item = models.ForeignKey(ReviewItem, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries")
+    item = models.ForeignKey(
+        ReviewItem, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
+    )
     call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="+")
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     delivery_id = models.UUIDField(help_text="Same for every attempt of one decision.")

@@ -1,4 +1,5 @@
 """Reads for the review queue. Every function takes the project; nothing crosses projects."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -65,7 +66,11 @@ class QueueFilters:
     def active(self) -> list[tuple[str, str, str]]:
         """(name, value, query string without it) of each non-default filter: the clear chips."""
         defaults = QueueFilters().as_dict()
-        return [(k, v, self.query(**{k: defaults[k]})) for k, v in self.as_dict().items() if v != defaults[k]]
+        return [
+            (k, v, self.query(**{k: defaults[k]}))
+            for k, v in self.as_dict().items()
+            if v != defaults[k]
+        ]
 
 
 def _status_q(status: str) -> Q:
@@ -105,10 +110,15 @@ def absent_reconciliations() -> QuerySet:
     ``attempt`` event of their call (by ``received_at``, then id). Only such a look-up proves
     the latest attempt did not happen; one from before a later attempt proves nothing about it.
     Filter by call (``.filter(call=…)`` or ``call=OuterRef("call")``) before use."""
-    later_attempt = CallEvent.objects.filter(call_id=OuterRef("call_id"), kind=CallEvent.Kind.ATTEMPT).filter(
-        Q(received_at__gt=OuterRef("received_at")) | Q(received_at=OuterRef("received_at"), pk__gt=OuterRef("pk"))
+    later_attempt = CallEvent.objects.filter(
+        call_id=OuterRef("call_id"), kind=CallEvent.Kind.ATTEMPT
+    ).filter(
+        Q(received_at__gt=OuterRef("received_at"))
+        | Q(received_at=OuterRef("received_at"), pk__gt=OuterRef("pk"))
     )
-    return CallEvent.objects.filter(kind=CallEvent.Kind.RECONCILED, body__found=False).filter(~Exists(later_attempt))
+    return CallEvent.objects.filter(kind=CallEvent.Kind.RECONCILED, body__found=False).filter(
+        ~Exists(later_attempt)
+    )
 
 
 def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
@@ -119,8 +129,10 @@ def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
     now = now or timezone.now()
     similar = (
         ReviewItem.objects.filter(
-            project=OuterRef("project"), status__in=ReviewItem.OPEN_STATUSES,
-            reason=OuterRef("reason"), call__tool_name=OuterRef("call__tool_name"),
+            project=OuterRef("project"),
+            status__in=ReviewItem.OPEN_STATUSES,
+            reason=OuterRef("reason"),
+            call__tool_name=OuterRef("call__tool_name"),
         )
         .order_by()
         .values("project")
@@ -138,7 +150,9 @@ def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
     )
 
 
-def queue_facets(*, project, filters: QueueFilters, user, now=None) -> dict[str, list[tuple[str, int]]]:
+def queue_facets(
+    *, project, filters: QueueFilters, user, now=None
+) -> dict[str, list[tuple[str, int]]]:
     """Counts per value of each filter, with the other filters applied (what clicking it gives)."""
     from reviews.models import ReviewItem
 
@@ -146,7 +160,12 @@ def queue_facets(*, project, filters: QueueFilters, user, now=None) -> dict[str,
     base = ReviewItem.objects.filter(project=project)
 
     def counts(skip: str, field: str) -> list[tuple[str, int]]:
-        rows = _apply(base, filters, user=user, now=now, skip=skip).values(field).annotate(n=Count("pk")).order_by("-n", field)
+        rows = (
+            _apply(base, filters, user=user, now=now, skip=skip)
+            .values(field)
+            .annotate(n=Count("pk"))
+            .order_by("-n", field)
+        )
         return [(r[field], r["n"]) for r in rows[:50]]
 
     facets = {
@@ -162,11 +181,16 @@ def queue_facets(*, project, filters: QueueFilters, user, now=None) -> dict[str,
     ]
     by_assignee = _apply(base, filters, user=user, now=now, skip="assignee")
     live = Q(status=ReviewItem.Status.CLAIMED, lease_expires_at__gt=now, assignee__isnull=False)
-    agg = by_assignee.aggregate(anyone=Count("pk"), me=Count("pk", filter=live & Q(assignee=user)),
-                                unassigned=Count("pk", filter=~live))
+    agg = by_assignee.aggregate(
+        anyone=Count("pk"),
+        me=Count("pk", filter=live & Q(assignee=user)),
+        unassigned=Count("pk", filter=~live),
+    )
     facets["assignee"] = [(k, agg[k]) for k in ASSIGNEE_CHOICES]
     by_age = _apply(base, filters, user=user, now=now, skip="age")
-    agg = by_age.aggregate(**{k: Count("pk", filter=Q(created_at__lte=now - d)) for k, d in AGE_CHOICES.items()})
+    agg = by_age.aggregate(
+        **{k: Count("pk", filter=Q(created_at__lte=now - d)) for k, d in AGE_CHOICES.items()}
+    )
     facets["age"] = [(k, agg[k]) for k in AGE_CHOICES]
     return facets
 
@@ -179,18 +203,34 @@ def queue_progress(*, project, now=None) -> list[dict]:
     start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     User = get_user_model()
     users = (
-        User.objects.filter(memberships__project=project,
-                            memberships__role__in=[Membership.Role.OPERATOR, Membership.Role.MANAGER, Membership.Role.ADMIN])
+        User.objects.filter(
+            memberships__project=project,
+            memberships__role__in=[
+                Membership.Role.OPERATOR,
+                Membership.Role.MANAGER,
+                Membership.Role.ADMIN,
+            ],
+        )
         .annotate(
-            claimed=Count("review_items", distinct=True, filter=Q(
-                review_items__project=project, review_items__status=ReviewItem.Status.CLAIMED,
-                review_items__lease_expires_at__gt=now)),
+            claimed=Count(
+                "review_items",
+                distinct=True,
+                filter=Q(
+                    review_items__project=project,
+                    review_items__status=ReviewItem.Status.CLAIMED,
+                    review_items__lease_expires_at__gt=now,
+                ),
+            ),
         )
         .order_by("username")
     )
     decided = dict(
-        ReviewItem.objects.filter(project=project, resolved_at__gte=start, resolved_by__isnull=False)
-        .values_list("resolved_by").annotate(n=Count("pk")).order_by()
+        ReviewItem.objects.filter(
+            project=project, resolved_at__gte=start, resolved_by__isnull=False
+        )
+        .values_list("resolved_by")
+        .annotate(n=Count("pk"))
+        .order_by()
     )
     return [{"user": u, "claimed": u.claimed, "decided_today": decided.get(u.pk, 0)} for u in users]
 
@@ -201,7 +241,9 @@ def item_for_project(*, project, pk: int):
 
     return (
         ReviewItem.objects.filter(project=project, pk=pk)
-        .select_related("call", "call__agent", "call__contract", "call__decided_by", "assignee", "resolved_by")
+        .select_related(
+            "call", "call__agent", "call__contract", "call__decided_by", "assignee", "resolved_by"
+        )
         .first()
     )
 
@@ -212,45 +254,74 @@ def item_timeline(*, item) -> list[dict]:
     events = CallEvent.objects.filter(call_id=item.call_id).order_by("received_at", "pk")
     audit = item.audit.select_related("actor").all()
     rows = [{"at": e.received_at, "kind": "event", "obj": e} for e in events]
-    rows += [{"at": a.created_at, "kind": "audit", "obj": a} for a in audit if a.action != "comment"]
+    rows += [
+        {"at": a.created_at, "kind": "audit", "obj": a} for a in audit if a.action != "comment"
+    ]
     return sorted(rows, key=lambda r: r["at"])
 
 
 def item_reconciliations(*, item) -> list:
     """The call's ``reconciled`` events, newest first."""
-    return list(CallEvent.objects.filter(call_id=item.call_id, kind=CallEvent.Kind.RECONCILED).order_by("-received_at"))
+    return list(
+        CallEvent.objects.filter(call_id=item.call_id, kind=CallEvent.Kind.RECONCILED).order_by(
+            "-received_at"
+        )
+    )
 
 
 def reconcile_progress(*, item) -> dict | None:
     """The latest "Reconcile now" of the item and whether its result arrived:
     ``{"requested_at", "by", "done": bool, "event": CallEvent|None, "stale": bool}`` (``stale``:
     no result after ``RECONCILE_PATIENCE``, the page stops polling); None if never requested."""
-    request = item.audit.filter(action="reconcile").select_related("actor").order_by("-created_at", "-pk").first()
+    request = (
+        item.audit.filter(action="reconcile")
+        .select_related("actor")
+        .order_by("-created_at", "-pk")
+        .first()
+    )
     if request is None:
         return None
     event = (
-        CallEvent.objects.filter(call_id=item.call_id, kind=CallEvent.Kind.RECONCILED, received_at__gte=request.created_at)
-        .order_by("received_at").first()
+        CallEvent.objects.filter(
+            call_id=item.call_id,
+            kind=CallEvent.Kind.RECONCILED,
+            received_at__gte=request.created_at,
+        )
+        .order_by("received_at")
+        .first()
     )
     stale = event is None and timezone.now() - request.created_at > RECONCILE_PATIENCE
-    return {"requested_at": request.created_at, "by": request.actor, "done": event is not None, "event": event,
-            "stale": stale}
+    return {
+        "requested_at": request.created_at,
+        "by": request.actor,
+        "done": event is not None,
+        "event": event,
+        "stale": stale,
+    }
 
 
 def item_neighbours(*, item, user) -> dict:
     """The next open item in queue order after ``item`` (for "decide and go to the next")."""
     qs = queue_items(project=item.project, filters=QueueFilters(), user=user).exclude(pk=item.pk)
-    nxt = qs.filter(Q(priority__gt=item.priority) | Q(priority=item.priority, created_at__gte=item.created_at)).first()
+    nxt = qs.filter(
+        Q(priority__gt=item.priority) | Q(priority=item.priority, created_at__gte=item.created_at)
+    ).first()
     return {"next": nxt or qs.first()}
 
 
 def operators(*, project) -> QuerySet:
     """Users who can be assigned items of ``project``."""
     return (
-        get_user_model().objects.filter(
+        get_user_model()
+        .objects.filter(
             memberships__project=project,
-            memberships__role__in=[Membership.Role.OPERATOR, Membership.Role.MANAGER, Membership.Role.ADMIN],
-        ).order_by("username")
+            memberships__role__in=[
+                Membership.Role.OPERATOR,
+                Membership.Role.MANAGER,
+                Membership.Role.ADMIN,
+            ],
+        )
+        .order_by("username")
     )
 
 

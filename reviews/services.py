@@ -9,6 +9,7 @@ with the item's current state).
 Decisions change the CALL only through the core's ``callgate.services.call_apply_decision``
 (and ``call_approval_expired``); webhooks and reconciliation are enqueued on commit.
 """
+
 from __future__ import annotations
 
 import logging
@@ -53,7 +54,12 @@ DECISIONS = {
 #: Decisions that need a written reason (they end the call or act on an unknown outcome).
 DECISIONS_NEEDING_REASON = {"reject", "mark_failed"}
 #: Reasons of a write call whose outcome is unknown: approving a retry needs proof of absence.
-UNKNOWN_OUTCOME_REASONS = {"outcome_unknown", "not_reconcilable", "retry_exhausted", "reconcile_mismatch"}
+UNKNOWN_OUTCOME_REASONS = {
+    "outcome_unknown",
+    "not_reconcilable",
+    "retry_exhausted",
+    "reconcile_mismatch",
+}
 #: Preset rejection reasons (the text becomes the observation the agent reads).
 REJECT_PRESETS = [
     "Not allowed for this customer.",
@@ -83,18 +89,41 @@ def _lease() -> timedelta:
     return timedelta(seconds=settings.CALLGATE_REVIEW_CLAIM_LEASE)
 
 
-def _audit(*, item: ReviewItem, actor, action: str, before: str, after: str, reason: str = "",
-           override: bool = False, call_before: str = "", call_after: str = "", detail: dict | None = None) -> ReviewAudit:
+def _audit(
+    *,
+    item: ReviewItem,
+    actor,
+    action: str,
+    before: str,
+    after: str,
+    reason: str = "",
+    override: bool = False,
+    call_before: str = "",
+    call_after: str = "",
+    detail: dict | None = None,
+) -> ReviewAudit:
     return ReviewAudit.objects.create(
-        project_id=item.project_id, item=item, actor=actor, action=action, state_before=before, state_after=after,
-        reason=reason, override=override, call_state_before=call_before, call_state_after=call_after,
+        project_id=item.project_id,
+        item=item,
+        actor=actor,
+        action=action,
+        state_before=before,
+        state_after=after,
+        reason=reason,
+        override=override,
+        call_state_before=call_before,
+        call_state_after=call_after,
         detail=detail or {},
     )
 
 
 def _conflict(item: ReviewItem, user, verb: str) -> ReviewConflict:
     fresh = ReviewItem.objects.select_related("assignee", "resolved_by").get(pk=item.pk)
-    if fresh.status in ReviewItem.OPEN_STATUSES and fresh.lease_active() and fresh.assignee_id != user.pk:
+    if (
+        fresh.status in ReviewItem.OPEN_STATUSES
+        and fresh.lease_active()
+        and fresh.assignee_id != user.pk
+    ):
         who = fresh.assignee.get_username()
         msg = f"Could not {verb}: {who} claimed this item."
     elif fresh.status == ReviewItem.Status.RESOLVED:
@@ -129,12 +158,24 @@ def _open_one(*, call: ToolCall, kind: str) -> ReviewItem:
     try:
         with transaction.atomic():
             item = ReviewItem.objects.create(
-                project_id=call.project_id, call=call, kind=kind, reason=call.reason,
+                project_id=call.project_id,
+                call=call,
+                kind=kind,
+                reason=call.reason,
                 priority=PRIORITY_BY_REASON.get(call.reason, 2),
-                approval_expires_at=call.approval_expires_at if kind == ReviewItem.Kind.APPROVAL else None,
+                approval_expires_at=call.approval_expires_at
+                if kind == ReviewItem.Kind.APPROVAL
+                else None,
             )
-            _audit(item=item, actor=None, action=ReviewAudit.Action.OPENED, before="", after=item.status,
-                   reason=call.reason, call_after=call.state)
+            _audit(
+                item=item,
+                actor=None,
+                action=ReviewAudit.Action.OPENED,
+                before="",
+                after=item.status,
+                reason=call.reason,
+                call_after=call.state,
+            )
             return item
     except IntegrityError:  # a concurrent request opened it first
         return ReviewItem.objects.get(call=call, status__in=ReviewItem.OPEN_STATUSES)
@@ -147,7 +188,11 @@ def review_items_settle(*, call: ToolCall, note: str) -> int:
 
 def _settled_status(call: ToolCall) -> str:
     """An approval that ran out is ``expired`` (whoever noticed first); anything else ``settled``."""
-    return ReviewItem.Status.EXPIRED if call.reason == "approval_expired" else ReviewItem.Status.SETTLED
+    return (
+        ReviewItem.Status.EXPIRED
+        if call.reason == "approval_expired"
+        else ReviewItem.Status.SETTLED
+    )
 
 
 def review_items_open_bulk(*, calls: list[tuple[ToolCall, str]]) -> list[ReviewItem]:
@@ -157,26 +202,47 @@ def review_items_open_bulk(*, calls: list[tuple[ToolCall, str]]) -> list[ReviewI
     if not calls:
         return []
     existing = {
-        i.call_id: i for i in ReviewItem.objects.filter(call__in=[c for c, _ in calls], status__in=ReviewItem.OPEN_STATUSES)
+        i.call_id: i
+        for i in ReviewItem.objects.filter(
+            call__in=[c for c, _ in calls], status__in=ReviewItem.OPEN_STATUSES
+        )
     }
     new = [
-        ReviewItem(project_id=call.project_id, call=call, kind=kind, reason=call.reason,
-                   priority=PRIORITY_BY_REASON.get(call.reason, 2),
-                   approval_expires_at=call.approval_expires_at if kind == ReviewItem.Kind.APPROVAL else None)
-        for call, kind in calls if call.pk not in existing
+        ReviewItem(
+            project_id=call.project_id,
+            call=call,
+            kind=kind,
+            reason=call.reason,
+            priority=PRIORITY_BY_REASON.get(call.reason, 2),
+            approval_expires_at=call.approval_expires_at
+            if kind == ReviewItem.Kind.APPROVAL
+            else None,
+        )
+        for call, kind in calls
+        if call.pk not in existing
     ]
     if not new:
         return list(existing.values())
     try:
         with transaction.atomic():
             created = ReviewItem.objects.bulk_create(new)
-            ReviewAudit.objects.bulk_create([
-                ReviewAudit(project_id=i.project_id, item=i, action=ReviewAudit.Action.OPENED, state_after=i.status,
-                            reason=i.reason, call_state_after=i.call.state)
-                for i in created
-            ])
+            ReviewAudit.objects.bulk_create(
+                [
+                    ReviewAudit(
+                        project_id=i.project_id,
+                        item=i,
+                        action=ReviewAudit.Action.OPENED,
+                        state_after=i.status,
+                        reason=i.reason,
+                        call_state_after=i.call.state,
+                    )
+                    for i in created
+                ]
+            )
     except IntegrityError:  # someone opened one meanwhile: do it one by one
-        created = [_open_one(call=call, kind=kind) for call, kind in calls if call.pk not in existing]
+        created = [
+            _open_one(call=call, kind=kind) for call, kind in calls if call.pk not in existing
+        ]
     return list(existing.values()) + created
 
 
@@ -190,29 +256,48 @@ def review_items_settle_bulk(*, calls: list[ToolCall], note_by_call: dict[int, s
     now = timezone.now()
     with transaction.atomic():
         items = list(
-            ReviewItem.objects.select_for_update().filter(call_id__in=by_pk, status__in=ReviewItem.OPEN_STATUSES)
+            ReviewItem.objects.select_for_update()
+            .filter(call_id__in=by_pk, status__in=ReviewItem.OPEN_STATUSES)
             .only("pk", "project_id", "call_id", "status")
         )
         groups: dict[tuple[str, str], list[int]] = {}
         for item in items:
             call = by_pk[item.call_id]
-            groups.setdefault((_settled_status(call), note_by_call.get(call.pk, "")), []).append(item.pk)
+            groups.setdefault((_settled_status(call), note_by_call.get(call.pk, "")), []).append(
+                item.pk
+            )
         closed = 0
         for (status, note), pks in groups.items():
-            closed += ReviewItem.objects.filter(pk__in=pks, status__in=ReviewItem.OPEN_STATUSES).update(
-                status=status, resolution=status, resolution_reason=note, resolved_at=now, updated_at=now,
-                assignee=None, lease_expires_at=None,
+            closed += ReviewItem.objects.filter(
+                pk__in=pks, status__in=ReviewItem.OPEN_STATUSES
+            ).update(
+                status=status,
+                resolution=status,
+                resolution_reason=note,
+                resolved_at=now,
+                updated_at=now,
+                assignee=None,
+                lease_expires_at=None,
             )
         for item in items:  # an expired approval: tell the agent, as review_items_expire does
             if _settled_status(by_pk[item.call_id]) == ReviewItem.Status.EXPIRED:
                 _enqueue_webhook(item=item, call=by_pk[item.call_id])
-        ReviewAudit.objects.bulk_create([
-            ReviewAudit(project_id=i.project_id, item_id=i.pk, action=ReviewAudit.Action.SETTLED
-                        if _settled_status(by_pk[i.call_id]) == ReviewItem.Status.SETTLED else ReviewAudit.Action.EXPIRED,
-                        state_before=i.status, state_after=_settled_status(by_pk[i.call_id]),
-                        reason=note_by_call.get(i.call_id, ""), call_state_after=by_pk[i.call_id].state)
-            for i in items
-        ])
+        ReviewAudit.objects.bulk_create(
+            [
+                ReviewAudit(
+                    project_id=i.project_id,
+                    item_id=i.pk,
+                    action=ReviewAudit.Action.SETTLED
+                    if _settled_status(by_pk[i.call_id]) == ReviewItem.Status.SETTLED
+                    else ReviewAudit.Action.EXPIRED,
+                    state_before=i.status,
+                    state_after=_settled_status(by_pk[i.call_id]),
+                    reason=note_by_call.get(i.call_id, ""),
+                    call_state_after=by_pk[i.call_id].state,
+                )
+                for i in items
+            ]
+        )
     return closed
 
 
@@ -225,15 +310,29 @@ def review_item_claim(*, item: ReviewItem, user) -> ReviewItem:
     decision got there first."""
     now = timezone.now()
     with transaction.atomic():
-        won = ReviewItem.objects.filter(pk=item.pk).filter(_actionable(user, now)).update(
-            status=ReviewItem.Status.CLAIMED, assignee=user, claimed_at=now,
-            lease_expires_at=now + _lease(), updated_at=now,
+        won = (
+            ReviewItem.objects.filter(pk=item.pk)
+            .filter(_actionable(user, now))
+            .update(
+                status=ReviewItem.Status.CLAIMED,
+                assignee=user,
+                claimed_at=now,
+                lease_expires_at=now + _lease(),
+                updated_at=now,
+            )
         )
         if not won:
             raise _conflict(item, user, "claim")
-        _audit(item=item, actor=user, action=ReviewAudit.Action.CLAIM, before=item.status,
-               after=ReviewItem.Status.CLAIMED,
-               detail={"previous_assignee": item.assignee_id} if item.assignee_id not in (None, user.pk) else None)
+        _audit(
+            item=item,
+            actor=user,
+            action=ReviewAudit.Action.CLAIM,
+            before=item.status,
+            after=ReviewItem.Status.CLAIMED,
+            detail={"previous_assignee": item.assignee_id}
+            if item.assignee_id not in (None, user.pk)
+            else None,
+        )
     item.refresh_from_db()
     return item
 
@@ -242,13 +341,24 @@ def review_item_release(*, item: ReviewItem, user) -> ReviewItem:
     """Give up the user's claim (back to open). Raises ReviewConflict if it is not theirs."""
     now = timezone.now()
     with transaction.atomic():
-        won = ReviewItem.objects.filter(pk=item.pk, status=ReviewItem.Status.CLAIMED, assignee=user).update(
-            status=ReviewItem.Status.OPEN, assignee=None, claimed_at=None, lease_expires_at=None, updated_at=now,
+        won = ReviewItem.objects.filter(
+            pk=item.pk, status=ReviewItem.Status.CLAIMED, assignee=user
+        ).update(
+            status=ReviewItem.Status.OPEN,
+            assignee=None,
+            claimed_at=None,
+            lease_expires_at=None,
+            updated_at=now,
         )
         if not won:
             raise _conflict(item, user, "release")
-        _audit(item=item, actor=user, action=ReviewAudit.Action.RELEASE, before=ReviewItem.Status.CLAIMED,
-               after=ReviewItem.Status.OPEN)
+        _audit(
+            item=item,
+            actor=user,
+            action=ReviewAudit.Action.RELEASE,
+            before=ReviewItem.Status.CLAIMED,
+            after=ReviewItem.Status.OPEN,
+        )
     item.refresh_from_db()
     return item
 
@@ -263,15 +373,31 @@ def review_item_assign(*, item: ReviewItem, user, assignee) -> ReviewItem:
     now = timezone.now()
     with transaction.atomic():
         if assignee is None:
-            values = dict(status=ReviewItem.Status.OPEN, assignee=None, claimed_at=None, lease_expires_at=None)
+            values = dict(
+                status=ReviewItem.Status.OPEN, assignee=None, claimed_at=None, lease_expires_at=None
+            )
         else:
-            values = dict(status=ReviewItem.Status.CLAIMED, assignee=assignee, claimed_at=now,
-                          lease_expires_at=now + _lease())
-        won = ReviewItem.objects.filter(pk=item.pk).filter(_actionable(user, now)).update(updated_at=now, **values)
+            values = dict(
+                status=ReviewItem.Status.CLAIMED,
+                assignee=assignee,
+                claimed_at=now,
+                lease_expires_at=now + _lease(),
+            )
+        won = (
+            ReviewItem.objects.filter(pk=item.pk)
+            .filter(_actionable(user, now))
+            .update(updated_at=now, **values)
+        )
         if not won:
             raise _conflict(item, user, "assign")
-        _audit(item=item, actor=user, action=ReviewAudit.Action.ASSIGN, before=item.status, after=values["status"],
-               detail={"assignee": assignee.get_username() if assignee else None})
+        _audit(
+            item=item,
+            actor=user,
+            action=ReviewAudit.Action.ASSIGN,
+            before=item.status,
+            after=values["status"],
+            detail={"assignee": assignee.get_username() if assignee else None},
+        )
     item.refresh_from_db()
     return item
 
@@ -280,15 +406,29 @@ def review_leases_lapse(*, now=None) -> int:
     """Return claimed items whose lease ran out to ``open`` (periodic). Returns how many."""
     now = now or timezone.now()
     lapsed = 0
-    for item in ReviewItem.objects.filter(status=ReviewItem.Status.CLAIMED, lease_expires_at__lte=now)[:BULK_LIMIT]:
+    for item in ReviewItem.objects.filter(
+        status=ReviewItem.Status.CLAIMED, lease_expires_at__lte=now
+    )[:BULK_LIMIT]:
         with transaction.atomic():
             won = ReviewItem.objects.filter(
                 pk=item.pk, status=ReviewItem.Status.CLAIMED, lease_expires_at__lte=now
-            ).update(status=ReviewItem.Status.OPEN, assignee=None, claimed_at=None, lease_expires_at=None, updated_at=now)
+            ).update(
+                status=ReviewItem.Status.OPEN,
+                assignee=None,
+                claimed_at=None,
+                lease_expires_at=None,
+                updated_at=now,
+            )
             if won:
                 lapsed += 1
-                _audit(item=item, actor=None, action=ReviewAudit.Action.LEASE_LAPSED, before=ReviewItem.Status.CLAIMED,
-                       after=ReviewItem.Status.OPEN, detail={"assignee": item.assignee_id})
+                _audit(
+                    item=item,
+                    actor=None,
+                    action=ReviewAudit.Action.LEASE_LAPSED,
+                    before=ReviewItem.Status.CLAIMED,
+                    after=ReviewItem.Status.OPEN,
+                    detail={"assignee": item.assignee_id},
+                )
     return lapsed
 
 
@@ -312,8 +452,14 @@ def review_item_comment(*, item: ReviewItem, user, text: str) -> ReviewAudit:
     now = timezone.now()
     with transaction.atomic():
         _touch_lease(item, user, now)
-        return _audit(item=item, actor=user, action=ReviewAudit.Action.COMMENT, before=item.status,
-                      after=item.status, reason=text)
+        return _audit(
+            item=item,
+            actor=user,
+            action=ReviewAudit.Action.COMMENT,
+            before=item.status,
+            after=item.status,
+            reason=text,
+        )
 
 
 def reconcile_unavailable_reason(call: ToolCall) -> str:
@@ -322,9 +468,11 @@ def reconcile_unavailable_reason(call: ToolCall) -> str:
     if contract is None:
         return "No contract for this tool, so callgate cannot look the operation up."
     if contract.reconcile_method != ToolContract.ReconcileMethod.HTTP:
-        return (f"{contract} has no HTTP reconcile method; check the target yourself, then mark applied or failed."
-                if contract.reconcile_method == ToolContract.ReconcileMethod.NONE
-                else f"{contract} is reconciled by the agent; wait for its report or check the target yourself.")
+        return (
+            f"{contract} has no HTTP reconcile method; check the target yourself, then mark applied or failed."
+            if contract.reconcile_method == ToolContract.ReconcileMethod.NONE
+            else f"{contract} is reconciled by the agent; wait for its report or check the target yourself."
+        )
     return ""
 
 
@@ -342,8 +490,15 @@ def review_item_reconcile(*, item: ReviewItem, user) -> ReviewAudit:
     call_pk = item.call_id
     with transaction.atomic():
         _touch_lease(item, user, now)
-        row = _audit(item=item, actor=user, action=ReviewAudit.Action.RECONCILE, before=item.status,
-                     after=item.status, call_before=item.call.state, call_after=item.call.state)
+        row = _audit(
+            item=item,
+            actor=user,
+            action=ReviewAudit.Action.RECONCILE,
+            before=item.status,
+            after=item.status,
+            call_before=item.call.state,
+            call_after=item.call.state,
+        )
         transaction.on_commit(lambda: _enqueue_reconcile(call_pk))
     return row
 
@@ -366,16 +521,27 @@ def review_item_extend(*, item: ReviewItem, user, seconds: int) -> ReviewItem:
     base = max(now, item.approval_expires_at or now)
     new_expiry = base + timedelta(seconds=seconds)
     with transaction.atomic():
-        won = ReviewItem.objects.filter(pk=item.pk, approval_expires_at=item.approval_expires_at).filter(
-            _actionable(user, now)
-        ).update(approval_expires_at=new_expiry, updated_at=now)
+        won = (
+            ReviewItem.objects.filter(pk=item.pk, approval_expires_at=item.approval_expires_at)
+            .filter(_actionable(user, now))
+            .update(approval_expires_at=new_expiry, updated_at=now)
+        )
         if not won:
             raise _conflict(item, user, "extend the timeout")
         core_services.call_approval_extend(call=item.call, expires_at=new_expiry)
         _touch_lease(item, user, now)
-        _audit(item=item, actor=user, action=ReviewAudit.Action.EXTEND, before=item.status, after=item.status,
-               detail={"from": item.approval_expires_at.isoformat() if item.approval_expires_at else None,
-                       "to": new_expiry.isoformat(), "seconds": seconds})
+        _audit(
+            item=item,
+            actor=user,
+            action=ReviewAudit.Action.EXTEND,
+            before=item.status,
+            after=item.status,
+            detail={
+                "from": item.approval_expires_at.isoformat() if item.approval_expires_at else None,
+                "to": new_expiry.isoformat(),
+                "seconds": seconds,
+            },
+        )
     item.refresh_from_db()
     return item
 
@@ -385,7 +551,9 @@ def review_items_expire(*, now=None) -> int:
     ``call_approval_expired`` (never an approval), the agent told by webhook. Returns how many."""
     now = now or timezone.now()
     due = ReviewItem.objects.filter(
-        kind=ReviewItem.Kind.APPROVAL, status__in=ReviewItem.OPEN_STATUSES, approval_expires_at__lte=now
+        kind=ReviewItem.Kind.APPROVAL,
+        status__in=ReviewItem.OPEN_STATUSES,
+        approval_expires_at__lte=now,
     ).select_related("call")[:BULK_LIMIT]
     expired = 0
     for item in due:
@@ -393,19 +561,34 @@ def review_items_expire(*, now=None) -> int:
             with transaction.atomic():
                 won = ReviewItem.objects.filter(
                     pk=item.pk, status__in=ReviewItem.OPEN_STATUSES, approval_expires_at__lte=now
-                ).update(status=ReviewItem.Status.EXPIRED, resolution="expired", resolved_at=now, updated_at=now,
-                         assignee=None, lease_expires_at=None)
+                ).update(
+                    status=ReviewItem.Status.EXPIRED,
+                    resolution="expired",
+                    resolved_at=now,
+                    updated_at=now,
+                    assignee=None,
+                    lease_expires_at=None,
+                )
                 if not won:
                     continue
                 call_before = item.call.state
                 call = core_services.call_approval_expired(call=item.call)
-                _audit(item=item, actor=None, action=ReviewAudit.Action.EXPIRED, before=item.status,
-                       after=ReviewItem.Status.EXPIRED, call_before=call_before, call_after=call.state,
-                       reason="No decision before the approval timeout.")
+                _audit(
+                    item=item,
+                    actor=None,
+                    action=ReviewAudit.Action.EXPIRED,
+                    before=item.status,
+                    after=ReviewItem.Status.EXPIRED,
+                    call_before=call_before,
+                    call_after=call.state,
+                    reason="No decision before the approval timeout.",
+                )
                 _enqueue_webhook(item=item, call=call)
                 expired += 1
         except IllegalTransition:
-            logger.warning("approval of call %s could not expire: call state %s", item.call_id, item.call.state)
+            logger.warning(
+                "approval of call %s could not expire: call state %s", item.call_id, item.call.state
+            )
     return expired
 
 
@@ -432,8 +615,10 @@ def approve_retry_guard(call: ToolCall, *, absent: bool | None = None) -> str:
 
 
 #: Why the queue's one-key approve of an approval request is off until the operator claimed it.
-QUEUE_APPROVE_NEEDS_CLAIM = ("Claim it first (c), or open it (Enter) to check the arguments: "
-                             "approving lets the agent execute the call.")
+QUEUE_APPROVE_NEEDS_CLAIM = (
+    "Claim it first (c), or open it (Enter) to check the arguments: "
+    "approving lets the agent execute the call."
+)
 
 
 def queue_approve_action(item: ReviewItem, *, user=None) -> tuple[str, str]:
@@ -457,8 +642,13 @@ def allowed_decisions(item: ReviewItem) -> dict[str, str]:
     state = item.call.state
     if item.kind == ReviewItem.Kind.APPROVAL:
         why_not = "Only for escalated calls; this one waits for approval."
-        return {"approve": "" if state == ToolCall.State.PENDING_APPROVAL else f"The call is {state}.",
-                "reject": "", "approve_retry": why_not, "mark_applied": why_not, "mark_failed": why_not}
+        return {
+            "approve": "" if state == ToolCall.State.PENDING_APPROVAL else f"The call is {state}.",
+            "reject": "",
+            "approve_retry": why_not,
+            "mark_applied": why_not,
+            "mark_failed": why_not,
+        }
     return {
         "approve": "Only for calls waiting for approval before execution.",
         "approve_retry": approve_retry_guard(item.call),
@@ -468,7 +658,9 @@ def allowed_decisions(item: ReviewItem) -> dict[str, str]:
     }
 
 
-def review_item_decide(*, item: ReviewItem, user, decision: str, reason: str = "", override: bool = False) -> ReviewItem:
+def review_item_decide(
+    *, item: ReviewItem, user, decision: str, reason: str = "", override: bool = False
+) -> ReviewItem:
     """Decide ``item``: close it (compare-and-swap on its open status) and change its call
     through ``call_apply_decision``, in one transaction; then tell the agent's webhook.
 
@@ -482,7 +674,12 @@ def review_item_decide(*, item: ReviewItem, user, decision: str, reason: str = "
         raise ReviewError("Give a reason: it becomes the observation the agent reads.")
     why_not = allowed_decisions(item).get(decision, "")
     used_override = False
-    if why_not and decision == "approve_retry" and item.is_open and why_not == approve_retry_guard(item.call):
+    if (
+        why_not
+        and decision == "approve_retry"
+        and item.is_open
+        and why_not == approve_retry_guard(item.call)
+    ):
         if not override:
             raise ReviewError(why_not)
         if not reason:
@@ -493,21 +690,42 @@ def review_item_decide(*, item: ReviewItem, user, decision: str, reason: str = "
     now = timezone.now()
     try:
         with transaction.atomic():
-            won = ReviewItem.objects.filter(pk=item.pk).filter(_actionable(user, now)).update(
-                status=ReviewItem.Status.RESOLVED, resolution=decision, resolution_reason=reason,
-                resolved_by=user, resolved_at=now, updated_at=now, lease_expires_at=None,
+            won = (
+                ReviewItem.objects.filter(pk=item.pk)
+                .filter(_actionable(user, now))
+                .update(
+                    status=ReviewItem.Status.RESOLVED,
+                    resolution=decision,
+                    resolution_reason=reason,
+                    resolved_by=user,
+                    resolved_at=now,
+                    updated_at=now,
+                    lease_expires_at=None,
+                )
             )
             if not won:
                 raise _conflict(item, user, decision.replace("_", " "))
             call = ToolCall.objects.select_for_update().get(pk=item.call_id)
             call_before = call.state
-            call = core_services.call_apply_decision(call=call, decision=decision, reason=reason, user=user)
-            _audit(item=item, actor=user, action=DECISIONS[decision], before=item.status,
-                   after=ReviewItem.Status.RESOLVED, reason=reason, override=used_override,
-                   call_before=call_before, call_after=call.state)
+            call = core_services.call_apply_decision(
+                call=call, decision=decision, reason=reason, user=user
+            )
+            _audit(
+                item=item,
+                actor=user,
+                action=DECISIONS[decision],
+                before=item.status,
+                after=ReviewItem.Status.RESOLVED,
+                reason=reason,
+                override=used_override,
+                call_before=call_before,
+                call_after=call.state,
+            )
             _enqueue_webhook(item=item, call=call)
     except IllegalTransition as exc:
-        raise ReviewError(f"The call's state does not allow this any more ({exc}). Reload to see it.") from exc
+        raise ReviewError(
+            f"The call's state does not allow this any more ({exc}). Reload to see it."
+        ) from exc
     item.refresh_from_db()
     return item
 
@@ -526,7 +744,9 @@ class BulkResult:
         return self.done + self.conflicts + len(self.errors)
 
 
-def review_items_bulk(*, project, user, action: str, items, reason: str = "", assignee=None) -> BulkResult:
+def review_items_bulk(
+    *, project, user, action: str, items, reason: str = "", assignee=None
+) -> BulkResult:
     """Apply ``action`` ("reject", "assign", "claim") to ``items`` (a queryset the caller
     built at execution time: explicit ids or a re-applied filter), at most BULK_LIMIT.
     Each item is its own compare-and-swap; conflicts are counted, not fatal."""
@@ -568,5 +788,3 @@ def _enqueue_webhook(*, item: ReviewItem, call: ToolCall) -> None:
         webhook_deliver.delay(call_pk, item_pk, delivery_id)
 
     transaction.on_commit(send)
-
-

@@ -7,6 +7,7 @@
 - ``review_housekeeping()``: periodic (``CELERY_BEAT_SCHEDULE["reviews-housekeeping"]``):
   lapse expired claims, expire approval requests past their timeout.
 """
+
 from __future__ import annotations
 
 import random
@@ -32,13 +33,17 @@ def webhook_deliver(self, call_id: int, item_id: int | None, delivery_id: str) -
     if call is None or not call.agent.webhook_url:
         return False
     attempt = self.request.retries + 1
-    if WebhookDelivery.objects.filter(delivery_id=delivery_id, ok=True).exists():  # idempotent: already done
+    if WebhookDelivery.objects.filter(
+        delivery_id=delivery_id, ok=True
+    ).exists():  # idempotent: already done
         return True
     payload = webhooks.webhook_payload(call=call, item_pk=item_id, delivery_id=delivery_id)
     started = time.monotonic()
     status_code, error = None, ""
     try:
-        response = webhooks.webhook_post(url=call.agent.webhook_url, secret=call.agent.webhook_secret, payload=payload)
+        response = webhooks.webhook_post(
+            url=call.agent.webhook_url, secret=call.agent.webhook_secret, payload=payload
+        )
         status_code = response.status_code
         if not 200 <= status_code < 300:
             error = f"HTTP {status_code}"
@@ -46,15 +51,23 @@ def webhook_deliver(self, call_id: int, item_id: int | None, delivery_id: str) -
         error = f"{type(exc).__name__}: {exc}"[:1000]
     ok = not error
     WebhookDelivery.objects.create(
-        project_id=call.project_id, item_id=item_id, call=call, agent=call.agent, delivery_id=delivery_id,
-        attempt=attempt, url=call.agent.webhook_url, status_code=status_code, error=error, ok=ok,
+        project_id=call.project_id,
+        item_id=item_id,
+        call=call,
+        agent=call.agent,
+        delivery_id=delivery_id,
+        attempt=attempt,
+        url=call.agent.webhook_url,
+        status_code=status_code,
+        error=error,
+        ok=ok,
         duration_ms=int((time.monotonic() - started) * 1000),
     )
     if ok:
         return True
     if self.request.retries >= self.max_retries:
         return False
-    countdown = random.uniform(0, webhooks.WEBHOOK_BACKOFF_BASE * 2 ** self.request.retries)
+    countdown = random.uniform(0, webhooks.WEBHOOK_BACKOFF_BASE * 2**self.request.retries)
     raise self.retry(countdown=countdown, exc=WebhookFailed(error))
 
 

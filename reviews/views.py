@@ -5,6 +5,7 @@ Action answers: 200 with the fragment; 409 with the fragment and a conflict mess
 someone else acted first; 422 with the fragment and the reason when the action is not
 possible. Without htmx, actions redirect back with a message.
 """
+
 from __future__ import annotations
 
 import csv
@@ -61,9 +62,13 @@ def _parse_seen(value: str | None):
 
 def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
     """The queue's context; ``fragment`` skips what only the full page shows (facets, progress)."""
-    filters = selectors.QueueFilters.from_query(request.GET if request.method == "GET" else request.POST)
+    filters = selectors.QueueFilters.from_query(
+        request.GET if request.method == "GET" else request.POST
+    )
     now = timezone.now()
-    items = selectors.queue_items(project=request.project, filters=filters, user=request.user, now=now)
+    items = selectors.queue_items(
+        project=request.project, filters=filters, user=request.user, now=now
+    )
     page = Paginator(items, selectors.PAGE_SIZE).get_page(request.GET.get("page"))
     seen = _parse_seen(request.GET.get("seen"))
     selected = {int(v) for v in request.GET.getlist("ids") if v.isdigit()}
@@ -71,10 +76,16 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
         "nav_active": "review",
         "filters": filters,
         "page": page,
-        "rows": [{"item": i, "new": bool(seen and i.created_at > seen), "selected": i.pk in selected} for i in page],
+        "rows": [
+            {"item": i, "new": bool(seen and i.created_at > seen), "selected": i.pk in selected}
+            for i in page
+        ],
         "all_matching": request.GET.get("all_matching") == "1",
-        "facets": {} if fragment else selectors.queue_facets(project=request.project, filters=filters,
-                                                             user=request.user, now=now),
+        "facets": {}
+        if fragment
+        else selectors.queue_facets(
+            project=request.project, filters=filters, user=request.user, now=now
+        ),
         "progress": [] if fragment else selectors.queue_progress(project=request.project, now=now),
         "operators": selectors.operators(project=request.project),
         "presets": services.REJECT_PRESETS,
@@ -108,16 +119,24 @@ def bulk(request: HttpRequest) -> HttpResponse:
         result = {"error": "Choose an action."}
     else:
         if form.cleaned_data["all_matching"]:
-            items = selectors.queue_items(project=request.project, filters=filters, user=request.user)
+            items = selectors.queue_items(
+                project=request.project, filters=filters, user=request.user
+            )
         else:
             items = ReviewItem.objects.filter(pk__in=form.ids())
         assignee = None
         if form.cleaned_data["action"] == "assign" and form.cleaned_data["assignee"]:
-            assignee = get_user_model().objects.filter(username=form.cleaned_data["assignee"]).first()
+            assignee = (
+                get_user_model().objects.filter(username=form.cleaned_data["assignee"]).first()
+            )
         try:
             outcome = services.review_items_bulk(
-                project=request.project, user=request.user, action=form.cleaned_data["action"],
-                items=items, reason=form.reason_text(), assignee=assignee,
+                project=request.project,
+                user=request.user,
+                action=form.cleaned_data["action"],
+                items=items,
+                reason=form.reason_text(),
+                assignee=assignee,
             )
             result = {"outcome": outcome, "action": form.cleaned_data["action"]}
         except services.ReviewError as exc:
@@ -127,19 +146,27 @@ def bulk(request: HttpRequest) -> HttpResponse:
             messages.error(request, result["error"])
         else:
             o = result["outcome"]
-            messages.success(request, f"{o.done} done, {o.conflicts} conflicts, {len(o.errors)} failed.")
+            messages.success(
+                request, f"{o.done} done, {o.conflicts} conflicts, {len(o.errors)} failed."
+            )
         return HttpResponseRedirect(f"{queue_url}?{filters.query()}")
     request.GET = request.GET.copy()
     for name, value in filters.as_dict().items():
         request.GET[name] = value
-    return render(request, "reviews/queue.html#queue-table", _queue_context(request, result=result, fragment=True),
-                  status=422 if "error" in result else 200)
+    return render(
+        request,
+        "reviews/queue.html#queue-table",
+        _queue_context(request, result=result, fragment=True),
+        status=422 if "error" in result else 200,
+    )
 
 
 # --- item page -----------------------------------------------------------------------------------
 
 
-def _item_context(request, item: ReviewItem, *, flash: str = "", flash_kind: str = "", confirm: str = "") -> dict:
+def _item_context(
+    request, item: ReviewItem, *, flash: str = "", flash_kind: str = "", confirm: str = ""
+) -> dict:
     call = item.call
     args_json, redacted = selectors.call_arguments_display(call)
     progress = selectors.reconcile_progress(item=item)
@@ -159,7 +186,9 @@ def _item_context(request, item: ReviewItem, *, flash: str = "", flash_kind: str
         "audit": audit,
         "deliveries": WebhookDelivery.objects.filter(item=item).order_by("created_at", "pk"),
         "allowed": services.allowed_decisions(item),
-        "guard": services.approve_retry_guard(call) if item.kind == ReviewItem.Kind.ESCALATION else "",
+        "guard": services.approve_retry_guard(call)
+        if item.kind == ReviewItem.Kind.ESCALATION
+        else "",
         "lease_active": item.lease_active(),
         "mine": item.lease_active() and item.assignee_id == request.user.pk,
         "can_act": _can_act(request),
@@ -184,7 +213,9 @@ def item_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, template, _item_context(request, item, confirm=confirm))
 
 
-def _answer(request, item: ReviewItem, *, ok: str = "", error: str = "", status: int = 200) -> HttpResponse:
+def _answer(
+    request, item: ReviewItem, *, ok: str = "", error: str = "", status: int = 200
+) -> HttpResponse:
     """The action's answer: the item fragment (or queue row) for htmx, a redirect otherwise."""
     from_queue = request.POST.get("from") == "queue"
     if not request.htmx:
@@ -197,9 +228,15 @@ def _answer(request, item: ReviewItem, *, ok: str = "", error: str = "", status:
         row = selectors.queue_items(
             project=request.project, filters=selectors.QueueFilters(status="all"), user=request.user
         ).get(pk=item.pk)
-        context = {"row": {"item": row, "new": False, "selected": False}, "now": timezone.now(),
-                   "can_act": True, "filters": selectors.QueueFilters(), "row_flash": error or ok,
-                   "row_flash_kind": "error" if error else "ok", "project": request.project}
+        context = {
+            "row": {"item": row, "new": False, "selected": False},
+            "now": timezone.now(),
+            "can_act": True,
+            "filters": selectors.QueueFilters(),
+            "row_flash": error or ok,
+            "row_flash_kind": "error" if error else "ok",
+            "project": request.project,
+        }
         return render(request, "reviews/queue.html#queue-row", context, status=status)
     context = _item_context(request, item, flash=error or ok, flash_kind="error" if error else "ok")
     return render(request, "reviews/item_detail.html#item", context, status=status)
@@ -219,15 +256,24 @@ def _run(request, item, action, ok: str) -> HttpResponse:
 @project_view(role=Role.OPERATOR)
 def claim(request: HttpRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
-    return _run(request, item, lambda: services.review_item_claim(item=item, user=request.user),
-                "Claimed. The claim lapses after a while without activity.")
+    return _run(
+        request,
+        item,
+        lambda: services.review_item_claim(item=item, user=request.user),
+        "Claimed. The claim lapses after a while without activity.",
+    )
 
 
 @require_POST
 @project_view(role=Role.OPERATOR)
 def release(request: HttpRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
-    return _run(request, item, lambda: services.review_item_release(item=item, user=request.user), "Released.")
+    return _run(
+        request,
+        item,
+        lambda: services.review_item_release(item=item, user=request.user),
+        "Released.",
+    )
 
 
 @require_POST
@@ -238,8 +284,12 @@ def assign(request: HttpRequest, pk: int) -> HttpResponse:
     assignee = get_user_model().objects.filter(username=username).first() if username else None
     if username and assignee is None:
         return _answer(request, item, error=f"No user {username!r}.", status=422)
-    return _run(request, item, lambda: services.review_item_assign(item=item, user=request.user, assignee=assignee),
-                f"Assigned to {username}." if username else "Unassigned.")
+    return _run(
+        request,
+        item,
+        lambda: services.review_item_assign(item=item, user=request.user, assignee=assignee),
+        f"Assigned to {username}." if username else "Unassigned.",
+    )
 
 
 @require_POST
@@ -248,16 +298,24 @@ def comment(request: HttpRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
     form = CommentForm(request.POST)
     text = form.data.get("text", "")
-    return _run(request, item, lambda: services.review_item_comment(item=item, user=request.user, text=text),
-                "Comment added.")
+    return _run(
+        request,
+        item,
+        lambda: services.review_item_comment(item=item, user=request.user, text=text),
+        "Comment added.",
+    )
 
 
 @require_POST
 @project_view(role=Role.OPERATOR)
 def reconcile(request: HttpRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
-    return _run(request, item, lambda: services.review_item_reconcile(item=item, user=request.user),
-                "Reconciliation requested: looking the operation up in the target…")
+    return _run(
+        request,
+        item,
+        lambda: services.review_item_reconcile(item=item, user=request.user),
+        "Reconciliation requested: looking the operation up in the target…",
+    )
 
 
 @require_POST
@@ -268,8 +326,12 @@ def extend(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _answer(request, item, error="Choose how long to extend by.", status=422)
     seconds = form.cleaned_data["seconds"]
-    return _run(request, item, lambda: services.review_item_extend(item=item, user=request.user, seconds=seconds),
-                f"Approval timeout extended by {seconds // 60} min.")
+    return _run(
+        request,
+        item,
+        lambda: services.review_item_extend(item=item, user=request.user, seconds=seconds),
+        f"Approval timeout extended by {seconds // 60} min.",
+    )
 
 
 DECISION_DONE = {
@@ -290,15 +352,25 @@ def decide(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _answer(request, item, error="Unknown decision.", status=422)
     decision = form.cleaned_data["decision"]
-    if (request.POST.get("from") == "queue" and decision == "approve" and item.is_open
-            and item.kind == ReviewItem.Kind.APPROVAL
-            and not (item.lease_active() and item.assignee_id == request.user.pk)):
+    if (
+        request.POST.get("from") == "queue"
+        and decision == "approve"
+        and item.is_open
+        and item.kind == ReviewItem.Kind.APPROVAL
+        and not (item.lease_active() and item.assignee_id == request.user.pk)
+    ):
         # the list's one-key approve acts only on an approval request the operator claimed
         return _answer(request, item, error=services.QUEUE_APPROVE_NEEDS_CLAIM, status=422)
     return _run(
-        request, item,
-        lambda: services.review_item_decide(item=item, user=request.user, decision=decision,
-                                            reason=form.reason_text(), override=form.cleaned_data["override"]),
+        request,
+        item,
+        lambda: services.review_item_decide(
+            item=item,
+            user=request.user,
+            decision=decision,
+            reason=form.reason_text(),
+            override=form.cleaned_data["override"],
+        ),
         DECISION_DONE[decision],
     )
 
@@ -309,9 +381,17 @@ def reconcile_status(request: HttpRequest, pk: int) -> HttpResponse:
     """The "Reconcile now" progress fragment, polled until the ``reconciled`` event arrives;
     then it answers with the result and triggers ``reconciled`` so the page refreshes."""
     item = _get_item(request, pk)
-    context = {"item": item, "reconcile_progress": selectors.reconcile_progress(item=item), "project": request.project}
+    context = {
+        "item": item,
+        "reconcile_progress": selectors.reconcile_progress(item=item),
+        "project": request.project,
+    }
     response = render(request, "reviews/item_detail.html#reconcile-status", context)
-    if context["reconcile_progress"] and context["reconcile_progress"]["done"] and request.GET.get("polling"):
+    if (
+        context["reconcile_progress"]
+        and context["reconcile_progress"]["done"]
+        and request.GET.get("polling")
+    ):
         response["HX-Trigger"] = "reconciled"
     return response
 
@@ -324,14 +404,36 @@ def audit_csv(request: HttpRequest, pk: int) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="review-{item.pk}-audit.csv"'
     writer = csv.writer(response)
-    writer.writerow(["when_utc", "who", "what", "state_before", "state_after", "call_state_before",
-                     "call_state_after", "reason", "override"])
+    writer.writerow(
+        [
+            "when_utc",
+            "who",
+            "what",
+            "state_before",
+            "state_after",
+            "call_state_before",
+            "call_state_after",
+            "reason",
+            "override",
+        ]
+    )
     for row in selectors.audit_rows(item=item):
-        writer.writerow([_csv_safe(value) for value in (
-            row.created_at.isoformat(), row.actor.get_username() if row.actor else "callgate", row.action,
-            row.state_before, row.state_after, row.call_state_before, row.call_state_after,
-            row.reason, "yes" if row.override else "",
-        )])
+        writer.writerow(
+            [
+                _csv_safe(value)
+                for value in (
+                    row.created_at.isoformat(),
+                    row.actor.get_username() if row.actor else "callgate",
+                    row.action,
+                    row.state_before,
+                    row.state_after,
+                    row.call_state_before,
+                    row.call_state_after,
+                    row.reason,
+                    "yes" if row.override else "",
+                )
+            ]
+        )
     return response
 
 

@@ -19,6 +19,7 @@ Wire format (put this in the README):
 few minutes (replay). A 2xx answer ends delivery; anything else is retried with
 exponential backoff and full jitter, at most ``WEBHOOK_MAX_ATTEMPTS`` attempts.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -63,7 +64,9 @@ def webhook_sign(*, secret: str, timestamp: int, body: str) -> str:
     return f"v1={digest}"
 
 
-def webhook_verify(*, secret: str, timestamp: str, body: str, signature: str, tolerance: int = 300) -> bool:
+def webhook_verify(
+    *, secret: str, timestamp: str, body: str, signature: str, tolerance: int = 300
+) -> bool:
     """Receiver-side check (used by the tests and handy for agent authors)."""
     try:
         ts = int(timestamp)
@@ -85,5 +88,7 @@ def webhook_post(*, url: str, secret: str, payload: dict) -> httpx.Response:
         "X-Callgate-Signature": webhook_sign(secret=secret, timestamp=timestamp, body=body),
         "X-Callgate-Delivery": payload["delivery_id"],
     }
-    with httpx.Client(transport=TRANSPORT, timeout=WEBHOOK_TIMEOUT, follow_redirects=False) as client:
+    with httpx.Client(
+        transport=TRANSPORT, timeout=WEBHOOK_TIMEOUT, follow_redirects=False
+    ) as client:
         return client.post(url, content=body.encode(), headers=headers)

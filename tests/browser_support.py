@@ -32,6 +32,7 @@ Chromium is ``/usr/bin/chromium`` (``CALLGATE_CHROMIUM`` overrides), started wit
 ``--headless --no-sandbox --disable-gpu --disable-background-networking``. The tests are
 marked ``browser``; deselect them with ``pytest -m "not browser"``.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,7 +60,9 @@ def launch_chromium(playwright):
             f"{CHROMIUM_PATH} is missing: install it with `apt-get install -y chromium` "
             "(scripts/test does this when run as root)"
         )
-    return playwright.chromium.launch(executable_path=CHROMIUM_PATH, args=CHROMIUM_ARGS, headless=True)
+    return playwright.chromium.launch(
+        executable_path=CHROMIUM_PATH, args=CHROMIUM_ARGS, headless=True
+    )
 
 
 def artifact_path(name: str) -> Path:
@@ -116,7 +119,9 @@ class BrowserTestCase(StaticLiveServerTestCase):
         super().setUp()
         # The same personas as BaseTestCase (projects acme/globex, alice … olga, keys).
         BaseTestCase.setUpTestData.__func__(type(self))
-        self.context = self.browser.new_context(viewport=dict(self.viewport), locale="en-GB", timezone_id="UTC")
+        self.context = self.browser.new_context(
+            viewport=dict(self.viewport), locale="en-GB", timezone_id="UTC"
+        )
         self.context.set_default_timeout(DEFAULT_TIMEOUT_MS)
         self.context.set_default_navigation_timeout(DEFAULT_TIMEOUT_MS)
         self.page = self.context.new_page()
@@ -126,8 +131,10 @@ class BrowserTestCase(StaticLiveServerTestCase):
 
     def tearDown(self):
         try:
-            self.page.screenshot(path=str(artifact_path(f"{type(self).__name__}.{self._testMethodName}")),
-                                 full_page=True)
+            self.page.screenshot(
+                path=str(artifact_path(f"{type(self).__name__}.{self._testMethodName}")),
+                full_page=True,
+            )
         except Exception:  # the page may already be gone; the test's own result matters more
             pass
         self.context.close()
@@ -147,7 +154,9 @@ class BrowserTestCase(StaticLiveServerTestCase):
         """Open ``path`` and wait until the page has loaded. Returns the ``Response``."""
         return self.page.goto(self.url(path), wait_until="load")
 
-    def login(self, username: str, password: str = PASSWORD, *, next_path: str | None = None) -> None:
+    def login(
+        self, username: str, password: str = PASSWORD, *, next_path: str | None = None
+    ) -> None:
         """Log in through the real form and wait until the login page is left.
 
         Raises ``AssertionError`` when the form answers with an error."""

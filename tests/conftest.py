@@ -1,5 +1,6 @@
 """Test-wide settings overrides. The database is whatever DATABASE_URL names (PostgreSQL
 in CI, the SQLite default elsewhere); Celery runs eagerly unless a test starts a worker."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,7 +32,9 @@ def _test_settings(settings):
     settings.ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
     settings.SESSION_COOKIE_SECURE = False
     settings.CSRF_COOKIE_SECURE = False
-    settings.CALLGATE_RECONCILE_AUTH_ORIGINS = ["http://sim"]  # the in-process simulator of the tests
+    settings.CALLGATE_RECONCILE_AUTH_ORIGINS = [
+        "http://sim"
+    ]  # the in-process simulator of the tests
     from callgate.celery import app
 
     app.conf.task_always_eager = True

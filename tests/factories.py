@@ -4,6 +4,7 @@
 alice (operator of A), bob (second operator of A), victor (viewer of A), maria (manager of A),
 olga (operator of B, the outsider). Each project has an agent with an API key.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,12 @@ PASSWORD = "correct horse battery staple"
 
 #: The shared test vectors: ``shared/cases`` beside the checkout (as CI lays it out);
 #: ``CALLGATE_CASES`` names another file. ``.ci/run`` fails when the file is missing.
-CASES_FILE = Path(os.environ.get(
-    "CALLGATE_CASES", Path(__file__).resolve().parent.parent.parent / "shared" / "cases" / "classification.jsonl"))
+CASES_FILE = Path(
+    os.environ.get(
+        "CALLGATE_CASES",
+        Path(__file__).resolve().parent.parent.parent / "shared" / "cases" / "classification.jsonl",
+    )
+)
 
 
 def load_cases() -> list[dict]:
@@ -57,11 +62,15 @@ class BaseTestCase(TestCase):
         cls.victor = make_user("victor")
         cls.maria = make_user("maria")
         cls.olga = make_user("olga")
-        Membership.objects.create(user=cls.alice, project=cls.project, role=Membership.Role.OPERATOR)
+        Membership.objects.create(
+            user=cls.alice, project=cls.project, role=Membership.Role.OPERATOR
+        )
         Membership.objects.create(user=cls.bob, project=cls.project, role=Membership.Role.OPERATOR)
         Membership.objects.create(user=cls.victor, project=cls.project, role=Membership.Role.VIEWER)
         Membership.objects.create(user=cls.maria, project=cls.project, role=Membership.Role.MANAGER)
-        Membership.objects.create(user=cls.olga, project=cls.other_project, role=Membership.Role.OPERATOR)
+        Membership.objects.create(
+            user=cls.olga, project=cls.other_project, role=Membership.Role.OPERATOR
+        )
         cls.agent = Agent.objects.create(project=cls.project, name="support-bot")
         cls.other_agent = Agent.objects.create(project=cls.other_project, name="globex-bot")
         cls.key = api_key_issue(agent=cls.agent).plain

@@ -8,7 +8,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -17,245 +16,699 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Agent',
+            name="Agent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('description', models.TextField(blank=True)),
-                ('webhook_url', models.URLField(blank=True, help_text='Review decisions are POSTed here, signed.')),
-                ('webhook_secret', models.CharField(blank=True, help_text='HMAC-SHA256 key for webhooks.', max_length=128)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "webhook_url",
+                    models.URLField(
+                        blank=True, help_text="Review decisions are POSTed here, signed."
+                    ),
+                ),
+                (
+                    "webhook_secret",
+                    models.CharField(
+                        blank=True, help_text="HMAC-SHA256 key for webhooks.", max_length=128
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Project',
+            name="Project",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('slug', models.SlugField(unique=True)),
-                ('retention_days', models.PositiveIntegerField(default=90, help_text='Events older than this many days are purged by the retention job.')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("slug", models.SlugField(unique=True)),
+                (
+                    "retention_days",
+                    models.PositiveIntegerField(
+                        default=90,
+                        help_text="Events older than this many days are purged by the retention job.",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, max_length=100)),
-                ('prefix', models.CharField(max_length=16, unique=True)),
-                ('digest', models.CharField(max_length=64)),
-                ('last4', models.CharField(max_length=4)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_keys', to='callgate.agent')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_keys', to='callgate.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=100)),
+                ("prefix", models.CharField(max_length=16, unique=True)),
+                ("digest", models.CharField(max_length=64)),
+                ("last4", models.CharField(max_length=4)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_keys",
+                        to="callgate.agent",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_keys",
+                        to="callgate.project",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='agent',
-            name='project',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='agents', to='callgate.project'),
+            model_name="agent",
+            name="project",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="agents",
+                to="callgate.project",
+            ),
         ),
         migrations.CreateModel(
-            name='RequestBudget',
+            name="RequestBudget",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('request_id', models.CharField(max_length=200)),
-                ('tool_name', models.CharField(max_length=128)),
-                ('reasks_used', models.PositiveIntegerField(default=0)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("request_id", models.CharField(max_length=200)),
+                ("tool_name", models.CharField(max_length=128)),
+                ("reasks_used", models.PositiveIntegerField(default=0)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="callgate.project",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ToolCall',
+            name="ToolCall",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('operation_id', models.CharField(max_length=200)),
-                ('request_id', models.CharField(blank=True, max_length=200)),
-                ('conversation_id', models.CharField(blank=True, max_length=200)),
-                ('trace_id', models.CharField(blank=True, max_length=200)),
-                ('call_id', models.CharField(blank=True, help_text="The provider's tool-call ID.", max_length=200)),
-                ('actor', models.CharField(blank=True, help_text='The end user the agent acts for.', max_length=200)),
-                ('provider_format', models.CharField(blank=True, max_length=20)),
-                ('tool_name', models.CharField(blank=True, max_length=128)),
-                ('arguments', models.JSONField(blank=True, null=True)),
-                ('arguments_digest', models.CharField(blank=True, max_length=64)),
-                ('state', models.CharField(choices=[('pending_approval', 'Waiting for approval'), ('allowed', 'Allowed'), ('retry_wait', 'Waiting to retry'), ('reconciling', 'Reconciling'), ('in_review', 'In review'), ('succeeded', 'Succeeded'), ('rejected', 'Rejected at the gate'), ('failed', 'Failed')], max_length=20)),
-                ('reason', models.CharField(blank=True, choices=[('ok', 'Ok'), ('empty_result', 'Empty Result'), ('malformed_call', 'Malformed Call'), ('invalid_json', 'Invalid Json'), ('missing_required', 'Missing Required'), ('type_mismatch', 'Type Mismatch'), ('enum_violation', 'Enum Violation'), ('constraint_violation', 'Constraint Violation'), ('unknown_tool', 'Unknown Tool'), ('unknown_argument', 'Unknown Argument'), ('reference_not_found', 'Reference Not Found'), ('permission_denied', 'Permission Denied'), ('authentication_failed', 'Authentication Failed'), ('rate_limited', 'Rate Limited'), ('unavailable', 'Unavailable'), ('circuit_open', 'Circuit Open'), ('read_failure', 'Read Failure'), ('outcome_unknown', 'Outcome Unknown'), ('not_reconcilable', 'Not Reconcilable'), ('tool_error', 'Tool Error'), ('conflict', 'Conflict'), ('duplicate_suppressed', 'Duplicate Suppressed'), ('idempotency_mismatch', 'Idempotency Mismatch'), ('retry_exhausted', 'Retry Exhausted'), ('reask_exhausted', 'Reask Exhausted'), ('reconciled_applied', 'Reconciled Applied'), ('reconciled_absent', 'Reconciled Absent'), ('reconcile_mismatch', 'Reconcile Mismatch'), ('approval_pending', 'Approval Pending'), ('approval_rejected', 'Approval Rejected'), ('approval_expired', 'Approval Expired')], max_length=32)),
-                ('category', models.CharField(blank=True, choices=[('ok', 'OK'), ('empty_result', 'Empty result'), ('argument_error', 'Argument error'), ('hallucination', 'Hallucination'), ('denied', 'Denied'), ('transient', 'Transient'), ('unknown_outcome', 'Unknown outcome'), ('tool_error', 'Tool error'), ('duplicate', 'Duplicate'), ('exhausted', 'Exhausted'), ('reconciliation', 'Reconciliation'), ('approval', 'Approval')], max_length=20)),
-                ('route', models.CharField(blank=True, choices=[('proceed', 'Proceed'), ('reask', 'Re-ask the model'), ('deny', 'Deny'), ('retry', 'Retry with backoff'), ('reconcile', 'Reconcile'), ('return_receipt', 'Return the receipt'), ('review', 'Human review'), ('stop', 'Stop')], max_length=20)),
-                ('observation', models.TextField(blank=True)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('duplicates_suppressed', models.PositiveIntegerField(default=0)),
-                ('receipt', models.JSONField(blank=True, null=True)),
-                ('receipt_at', models.DateTimeField(blank=True, null=True)),
-                ('deadline', models.DateTimeField(blank=True, null=True)),
-                ('approval_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('reconcile_requested_at', models.DateTimeField(blank=True, null=True)),
-                ('decision', models.CharField(blank=True, max_length=20)),
-                ('decision_reason', models.TextField(blank=True)),
-                ('decided_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='calls', to='callgate.agent')),
-                ('decided_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='calls', to='callgate.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("operation_id", models.CharField(max_length=200)),
+                ("request_id", models.CharField(blank=True, max_length=200)),
+                ("conversation_id", models.CharField(blank=True, max_length=200)),
+                ("trace_id", models.CharField(blank=True, max_length=200)),
+                (
+                    "call_id",
+                    models.CharField(
+                        blank=True, help_text="The provider's tool-call ID.", max_length=200
+                    ),
+                ),
+                (
+                    "actor",
+                    models.CharField(
+                        blank=True, help_text="The end user the agent acts for.", max_length=200
+                    ),
+                ),
+                ("provider_format", models.CharField(blank=True, max_length=20)),
+                ("tool_name", models.CharField(blank=True, max_length=128)),
+                ("arguments", models.JSONField(blank=True, null=True)),
+                ("arguments_digest", models.CharField(blank=True, max_length=64)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending_approval", "Waiting for approval"),
+                            ("allowed", "Allowed"),
+                            ("retry_wait", "Waiting to retry"),
+                            ("reconciling", "Reconciling"),
+                            ("in_review", "In review"),
+                            ("succeeded", "Succeeded"),
+                            ("rejected", "Rejected at the gate"),
+                            ("failed", "Failed"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "reason",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("ok", "Ok"),
+                            ("empty_result", "Empty Result"),
+                            ("malformed_call", "Malformed Call"),
+                            ("invalid_json", "Invalid Json"),
+                            ("missing_required", "Missing Required"),
+                            ("type_mismatch", "Type Mismatch"),
+                            ("enum_violation", "Enum Violation"),
+                            ("constraint_violation", "Constraint Violation"),
+                            ("unknown_tool", "Unknown Tool"),
+                            ("unknown_argument", "Unknown Argument"),
+                            ("reference_not_found", "Reference Not Found"),
+                            ("permission_denied", "Permission Denied"),
+                            ("authentication_failed", "Authentication Failed"),
+                            ("rate_limited", "Rate Limited"),
+                            ("unavailable", "Unavailable"),
+                            ("circuit_open", "Circuit Open"),
+                            ("read_failure", "Read Failure"),
+                            ("outcome_unknown", "Outcome Unknown"),
+                            ("not_reconcilable", "Not Reconcilable"),
+                            ("tool_error", "Tool Error"),
+                            ("conflict", "Conflict"),
+                            ("duplicate_suppressed", "Duplicate Suppressed"),
+                            ("idempotency_mismatch", "Idempotency Mismatch"),
+                            ("retry_exhausted", "Retry Exhausted"),
+                            ("reask_exhausted", "Reask Exhausted"),
+                            ("reconciled_applied", "Reconciled Applied"),
+                            ("reconciled_absent", "Reconciled Absent"),
+                            ("reconcile_mismatch", "Reconcile Mismatch"),
+                            ("approval_pending", "Approval Pending"),
+                            ("approval_rejected", "Approval Rejected"),
+                            ("approval_expired", "Approval Expired"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                (
+                    "category",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("ok", "OK"),
+                            ("empty_result", "Empty result"),
+                            ("argument_error", "Argument error"),
+                            ("hallucination", "Hallucination"),
+                            ("denied", "Denied"),
+                            ("transient", "Transient"),
+                            ("unknown_outcome", "Unknown outcome"),
+                            ("tool_error", "Tool error"),
+                            ("duplicate", "Duplicate"),
+                            ("exhausted", "Exhausted"),
+                            ("reconciliation", "Reconciliation"),
+                            ("approval", "Approval"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "route",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("proceed", "Proceed"),
+                            ("reask", "Re-ask the model"),
+                            ("deny", "Deny"),
+                            ("retry", "Retry with backoff"),
+                            ("reconcile", "Reconcile"),
+                            ("return_receipt", "Return the receipt"),
+                            ("review", "Human review"),
+                            ("stop", "Stop"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("observation", models.TextField(blank=True)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("duplicates_suppressed", models.PositiveIntegerField(default=0)),
+                ("receipt", models.JSONField(blank=True, null=True)),
+                ("receipt_at", models.DateTimeField(blank=True, null=True)),
+                ("deadline", models.DateTimeField(blank=True, null=True)),
+                ("approval_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("reconcile_requested_at", models.DateTimeField(blank=True, null=True)),
+                ("decision", models.CharField(blank=True, max_length=20)),
+                ("decision_reason", models.TextField(blank=True)),
+                ("decided_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="calls",
+                        to="callgate.agent",
+                    ),
+                ),
+                (
+                    "decided_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="calls",
+                        to="callgate.project",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='CallEvent',
+            name="CallEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('event_id', models.UUIDField(default=uuid.uuid4)),
-                ('kind', models.CharField(choices=[('proposed', 'Proposed'), ('attempt', 'Attempt'), ('denied', 'Denied'), ('reconciled', 'Reconciled'), ('receipt', 'Receipt'), ('decision', 'Decision'), ('approval_expired', 'Approval expired')], max_length=20)),
-                ('source', models.CharField(choices=[('agent', 'Agent'), ('callgate', 'callgate'), ('operator', 'Operator')], default='agent', max_length=10)),
-                ('body', models.JSONField()),
-                ('occurred_at', models.DateTimeField()),
-                ('received_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('reason', models.CharField(blank=True, choices=[('ok', 'Ok'), ('empty_result', 'Empty Result'), ('malformed_call', 'Malformed Call'), ('invalid_json', 'Invalid Json'), ('missing_required', 'Missing Required'), ('type_mismatch', 'Type Mismatch'), ('enum_violation', 'Enum Violation'), ('constraint_violation', 'Constraint Violation'), ('unknown_tool', 'Unknown Tool'), ('unknown_argument', 'Unknown Argument'), ('reference_not_found', 'Reference Not Found'), ('permission_denied', 'Permission Denied'), ('authentication_failed', 'Authentication Failed'), ('rate_limited', 'Rate Limited'), ('unavailable', 'Unavailable'), ('circuit_open', 'Circuit Open'), ('read_failure', 'Read Failure'), ('outcome_unknown', 'Outcome Unknown'), ('not_reconcilable', 'Not Reconcilable'), ('tool_error', 'Tool Error'), ('conflict', 'Conflict'), ('duplicate_suppressed', 'Duplicate Suppressed'), ('idempotency_mismatch', 'Idempotency Mismatch'), ('retry_exhausted', 'Retry Exhausted'), ('reask_exhausted', 'Reask Exhausted'), ('reconciled_applied', 'Reconciled Applied'), ('reconciled_absent', 'Reconciled Absent'), ('reconcile_mismatch', 'Reconcile Mismatch'), ('approval_pending', 'Approval Pending'), ('approval_rejected', 'Approval Rejected'), ('approval_expired', 'Approval Expired')], max_length=32)),
-                ('category', models.CharField(blank=True, choices=[('ok', 'OK'), ('empty_result', 'Empty result'), ('argument_error', 'Argument error'), ('hallucination', 'Hallucination'), ('denied', 'Denied'), ('transient', 'Transient'), ('unknown_outcome', 'Unknown outcome'), ('tool_error', 'Tool error'), ('duplicate', 'Duplicate'), ('exhausted', 'Exhausted'), ('reconciliation', 'Reconciliation'), ('approval', 'Approval')], max_length=20)),
-                ('route', models.CharField(blank=True, choices=[('proceed', 'Proceed'), ('reask', 'Re-ask the model'), ('deny', 'Deny'), ('retry', 'Retry with backoff'), ('reconcile', 'Reconcile'), ('return_receipt', 'Return the receipt'), ('review', 'Human review'), ('stop', 'Stop')], max_length=20)),
-                ('observation', models.TextField(blank=True)),
-                ('state_before', models.CharField(blank=True, max_length=20)),
-                ('state_after', models.CharField(blank=True, max_length=20)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='callgate.project')),
-                ('call', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='callgate.toolcall')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("event_id", models.UUIDField(default=uuid.uuid4)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("proposed", "Proposed"),
+                            ("attempt", "Attempt"),
+                            ("denied", "Denied"),
+                            ("reconciled", "Reconciled"),
+                            ("receipt", "Receipt"),
+                            ("decision", "Decision"),
+                            ("approval_expired", "Approval expired"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("agent", "Agent"),
+                            ("callgate", "callgate"),
+                            ("operator", "Operator"),
+                        ],
+                        default="agent",
+                        max_length=10,
+                    ),
+                ),
+                ("body", models.JSONField()),
+                ("occurred_at", models.DateTimeField()),
+                ("received_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "reason",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("ok", "Ok"),
+                            ("empty_result", "Empty Result"),
+                            ("malformed_call", "Malformed Call"),
+                            ("invalid_json", "Invalid Json"),
+                            ("missing_required", "Missing Required"),
+                            ("type_mismatch", "Type Mismatch"),
+                            ("enum_violation", "Enum Violation"),
+                            ("constraint_violation", "Constraint Violation"),
+                            ("unknown_tool", "Unknown Tool"),
+                            ("unknown_argument", "Unknown Argument"),
+                            ("reference_not_found", "Reference Not Found"),
+                            ("permission_denied", "Permission Denied"),
+                            ("authentication_failed", "Authentication Failed"),
+                            ("rate_limited", "Rate Limited"),
+                            ("unavailable", "Unavailable"),
+                            ("circuit_open", "Circuit Open"),
+                            ("read_failure", "Read Failure"),
+                            ("outcome_unknown", "Outcome Unknown"),
+                            ("not_reconcilable", "Not Reconcilable"),
+                            ("tool_error", "Tool Error"),
+                            ("conflict", "Conflict"),
+                            ("duplicate_suppressed", "Duplicate Suppressed"),
+                            ("idempotency_mismatch", "Idempotency Mismatch"),
+                            ("retry_exhausted", "Retry Exhausted"),
+                            ("reask_exhausted", "Reask Exhausted"),
+                            ("reconciled_applied", "Reconciled Applied"),
+                            ("reconciled_absent", "Reconciled Absent"),
+                            ("reconcile_mismatch", "Reconcile Mismatch"),
+                            ("approval_pending", "Approval Pending"),
+                            ("approval_rejected", "Approval Rejected"),
+                            ("approval_expired", "Approval Expired"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                (
+                    "category",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("ok", "OK"),
+                            ("empty_result", "Empty result"),
+                            ("argument_error", "Argument error"),
+                            ("hallucination", "Hallucination"),
+                            ("denied", "Denied"),
+                            ("transient", "Transient"),
+                            ("unknown_outcome", "Unknown outcome"),
+                            ("tool_error", "Tool error"),
+                            ("duplicate", "Duplicate"),
+                            ("exhausted", "Exhausted"),
+                            ("reconciliation", "Reconciliation"),
+                            ("approval", "Approval"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "route",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("proceed", "Proceed"),
+                            ("reask", "Re-ask the model"),
+                            ("deny", "Deny"),
+                            ("retry", "Retry with backoff"),
+                            ("reconcile", "Reconcile"),
+                            ("return_receipt", "Return the receipt"),
+                            ("review", "Human review"),
+                            ("stop", "Stop"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("observation", models.TextField(blank=True)),
+                ("state_before", models.CharField(blank=True, max_length=20)),
+                ("state_after", models.CharField(blank=True, max_length=20)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="callgate.project",
+                    ),
+                ),
+                (
+                    "call",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="callgate.toolcall",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ToolContract',
+            name="ToolContract",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=128)),
-                ('version', models.PositiveIntegerField()),
-                ('label', models.CharField(blank=True, help_text="The agent's own version label.", max_length=64)),
-                ('description', models.TextField(blank=True)),
-                ('parameters', models.JSONField(help_text='JSON Schema (draft 2020-12) of the arguments.')),
-                ('effect', models.CharField(choices=[('read', 'Read'), ('write', 'Write')], default='read', max_length=8)),
-                ('idempotent', models.BooleanField(default=False, help_text='The target dedupes by operation ID.')),
-                ('reconcile_method', models.CharField(choices=[('none', 'None'), ('agent', 'Reported by the agent'), ('http', 'HTTP look-up')], default='none', max_length=8)),
-                ('reconcile_url', models.CharField(blank=True, help_text='URL template with {operation_id}.', max_length=500)),
-                ('max_attempts', models.PositiveIntegerField(default=3)),
-                ('max_reasks', models.PositiveIntegerField(default=2)),
-                ('retry_initial_interval', models.FloatField(default=1.0)),
-                ('retry_backoff_coefficient', models.FloatField(default=2.0)),
-                ('retry_maximum_interval', models.FloatField(default=60.0)),
-                ('deadline_seconds', models.PositiveIntegerField(blank=True, null=True)),
-                ('requires_approval', models.BooleanField(default=False)),
-                ('approval_timeout_seconds', models.PositiveIntegerField(default=900)),
-                ('sensitive_fields', models.JSONField(blank=True, default=list)),
-                ('digest', models.CharField(max_length=64)),
-                ('lint_score', models.PositiveIntegerField(default=100)),
-                ('lint_findings', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='contracts', to='callgate.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=128)),
+                ("version", models.PositiveIntegerField()),
+                (
+                    "label",
+                    models.CharField(
+                        blank=True, help_text="The agent's own version label.", max_length=64
+                    ),
+                ),
+                ("description", models.TextField(blank=True)),
+                (
+                    "parameters",
+                    models.JSONField(help_text="JSON Schema (draft 2020-12) of the arguments."),
+                ),
+                (
+                    "effect",
+                    models.CharField(
+                        choices=[("read", "Read"), ("write", "Write")], default="read", max_length=8
+                    ),
+                ),
+                (
+                    "idempotent",
+                    models.BooleanField(
+                        default=False, help_text="The target dedupes by operation ID."
+                    ),
+                ),
+                (
+                    "reconcile_method",
+                    models.CharField(
+                        choices=[
+                            ("none", "None"),
+                            ("agent", "Reported by the agent"),
+                            ("http", "HTTP look-up"),
+                        ],
+                        default="none",
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "reconcile_url",
+                    models.CharField(
+                        blank=True, help_text="URL template with {operation_id}.", max_length=500
+                    ),
+                ),
+                ("max_attempts", models.PositiveIntegerField(default=3)),
+                ("max_reasks", models.PositiveIntegerField(default=2)),
+                ("retry_initial_interval", models.FloatField(default=1.0)),
+                ("retry_backoff_coefficient", models.FloatField(default=2.0)),
+                ("retry_maximum_interval", models.FloatField(default=60.0)),
+                ("deadline_seconds", models.PositiveIntegerField(blank=True, null=True)),
+                ("requires_approval", models.BooleanField(default=False)),
+                ("approval_timeout_seconds", models.PositiveIntegerField(default=900)),
+                ("sensitive_fields", models.JSONField(blank=True, default=list)),
+                ("digest", models.CharField(max_length=64)),
+                ("lint_score", models.PositiveIntegerField(default=100)),
+                ("lint_findings", models.JSONField(blank=True, default=list)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="contracts",
+                        to="callgate.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name', '-version'],
+                "ordering": ["name", "-version"],
             },
         ),
         migrations.AddField(
-            model_name='toolcall',
-            name='contract',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='calls', to='callgate.toolcontract'),
+            model_name="toolcall",
+            name="contract",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="calls",
+                to="callgate.toolcontract",
+            ),
         ),
         migrations.CreateModel(
-            name='AgentTool',
+            name="AgentTool",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=128)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tools', to='callgate.agent')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=128)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="tools",
+                        to="callgate.agent",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('agent', 'name'), name='agenttool_unique')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("agent", "name"), name="agenttool_unique")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Membership',
+            name="Membership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('viewer', 'Viewer'), ('operator', 'Operator'), ('manager', 'Manager'), ('admin', 'Admin')], default='viewer', max_length=16)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='callgate.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[
+                            ("viewer", "Viewer"),
+                            ("operator", "Operator"),
+                            ("manager", "Manager"),
+                            ("admin", "Admin"),
+                        ],
+                        default="viewer",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to="callgate.project",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('user', 'project'), name='membership_unique_user_project')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("user", "project"), name="membership_unique_user_project"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='CallRollup',
+            name="CallRollup",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('bucket', models.DateTimeField(help_text='Start of the UTC hour the calls were created in.')),
-                ('tool_name', models.CharField(blank=True, max_length=128)),
-                ('reason', models.CharField(blank=True, max_length=32)),
-                ('category', models.CharField(blank=True, max_length=20)),
-                ('route', models.CharField(blank=True, max_length=20)),
-                ('calls', models.PositiveIntegerField(default=0)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('duplicates_suppressed', models.PositiveIntegerField(default=0)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.agent')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "bucket",
+                    models.DateTimeField(
+                        help_text="Start of the UTC hour the calls were created in."
+                    ),
+                ),
+                ("tool_name", models.CharField(blank=True, max_length=128)),
+                ("reason", models.CharField(blank=True, max_length=32)),
+                ("category", models.CharField(blank=True, max_length=20)),
+                ("route", models.CharField(blank=True, max_length=20)),
+                ("calls", models.PositiveIntegerField(default=0)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("duplicates_suppressed", models.PositiveIntegerField(default=0)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="callgate.agent",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="callgate.project",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['project', 'bucket'], name='callrollup_project_bucket')],
-                'constraints': [models.UniqueConstraint(fields=('project', 'bucket', 'tool_name', 'agent', 'reason', 'route'), name='callrollup_unique_cell')],
+                "indexes": [
+                    models.Index(fields=["project", "bucket"], name="callrollup_project_bucket")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("project", "bucket", "tool_name", "agent", "reason", "route"),
+                        name="callrollup_unique_cell",
+                    )
+                ],
             },
         ),
         migrations.AddConstraint(
-            model_name='agent',
-            constraint=models.UniqueConstraint(fields=('project', 'name'), name='agent_unique_name'),
+            model_name="agent",
+            constraint=models.UniqueConstraint(
+                fields=("project", "name"), name="agent_unique_name"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='requestbudget',
-            constraint=models.UniqueConstraint(fields=('project', 'request_id', 'tool_name'), name='requestbudget_unique'),
+            model_name="requestbudget",
+            constraint=models.UniqueConstraint(
+                fields=("project", "request_id", "tool_name"), name="requestbudget_unique"
+            ),
         ),
         migrations.AddIndex(
-            model_name='callevent',
-            index=models.Index(fields=['call', 'received_at'], name='callevent_timeline'),
+            model_name="callevent",
+            index=models.Index(fields=["call", "received_at"], name="callevent_timeline"),
         ),
         migrations.AddIndex(
-            model_name='callevent',
-            index=models.Index(fields=['project', 'received_at'], name='callevent_retention'),
+            model_name="callevent",
+            index=models.Index(fields=["project", "received_at"], name="callevent_retention"),
         ),
         migrations.AddConstraint(
-            model_name='callevent',
-            constraint=models.UniqueConstraint(fields=('project', 'event_id'), name='callevent_unique_event_id'),
+            model_name="callevent",
+            constraint=models.UniqueConstraint(
+                fields=("project", "event_id"), name="callevent_unique_event_id"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='toolcontract',
-            constraint=models.UniqueConstraint(fields=('project', 'name', 'version'), name='contract_unique_version'),
+            model_name="toolcontract",
+            constraint=models.UniqueConstraint(
+                fields=("project", "name", "version"), name="contract_unique_version"
+            ),
         ),
         migrations.AddIndex(
-            model_name='toolcall',
-            index=models.Index(fields=['project', '-created_at'], name='toolcall_project_recent'),
+            model_name="toolcall",
+            index=models.Index(fields=["project", "-created_at"], name="toolcall_project_recent"),
         ),
         migrations.AddIndex(
-            model_name='toolcall',
-            index=models.Index(fields=['project', 'reason', '-created_at'], name='toolcall_project_reason'),
+            model_name="toolcall",
+            index=models.Index(
+                fields=["project", "reason", "-created_at"], name="toolcall_project_reason"
+            ),
         ),
         migrations.AddIndex(
-            model_name='toolcall',
-            index=models.Index(fields=['project', 'state'], name='toolcall_project_state'),
+            model_name="toolcall",
+            index=models.Index(fields=["project", "state"], name="toolcall_project_state"),
         ),
         migrations.AddIndex(
-            model_name='toolcall',
-            index=models.Index(fields=['project', 'request_id', 'call_id'], name='toolcall_request_call'),
+            model_name="toolcall",
+            index=models.Index(
+                fields=["project", "request_id", "call_id"], name="toolcall_request_call"
+            ),
         ),
         migrations.AddIndex(
-            model_name='toolcall',
-            index=models.Index(fields=['updated_at'], name='toolcall_updated'),
+            model_name="toolcall",
+            index=models.Index(fields=["updated_at"], name="toolcall_updated"),
         ),
         migrations.AddConstraint(
-            model_name='toolcall',
-            constraint=models.UniqueConstraint(fields=('project', 'operation_id'), name='toolcall_unique_operation'),
+            model_name="toolcall",
+            constraint=models.UniqueConstraint(
+                fields=("project", "operation_id"), name="toolcall_unique_operation"
+            ),
         ),
     ]

@@ -4,15 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('callgate', '0001_initial_domain'),
+        ("callgate", "0001_initial_domain"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='apikey',
-            name='can_decide',
-            field=models.BooleanField(default=False, help_text='May report decision and approval_expired events: for an agent runtime with its own approval UI. Without it, only operators decide (in the review queue).'),
+            model_name="apikey",
+            name="can_decide",
+            field=models.BooleanField(
+                default=False,
+                help_text="May report decision and approval_expired events: for an agent runtime with its own approval UI. Without it, only operators decide (in the review queue).",
+            ),
         ),
     ]

@@ -6,27 +6,65 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('callgate', '0002_apikey_can_decide'),
+        ("callgate", "0002_apikey_can_decide"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='InboxEvent',
+            name="InboxEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('event_id', models.UUIDField()),
-                ('body', models.JSONField(help_text='The envelope as received (validated; not yet redacted).')),
-                ('received_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('rejected', 'Rejected')], default='pending', max_length=10)),
-                ('errors', models.JSONField(blank=True, default=list)),
-                ('agent', models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.agent')),
-                ('project', models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("event_id", models.UUIDField()),
+                (
+                    "body",
+                    models.JSONField(
+                        help_text="The envelope as received (validated; not yet redacted)."
+                    ),
+                ),
+                ("received_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("pending", "Pending"), ("rejected", "Rejected")],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("errors", models.JSONField(blank=True, default=list)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="callgate.agent",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="callgate.project",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['project', 'status', 'id'], name='inboxevent_drain')],
-                'constraints': [models.UniqueConstraint(fields=('project', 'event_id'), name='inboxevent_unique_event_id')],
+                "indexes": [
+                    models.Index(fields=["project", "status", "id"], name="inboxevent_drain")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("project", "event_id"), name="inboxevent_unique_event_id"
+                    )
+                ],
             },
         ),
     ]

@@ -5,30 +5,51 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('callgate', '0003_inbox_event'),
+        ("callgate", "0003_inbox_event"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='callevent',
-            name='call',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='events', to='callgate.toolcall'),
+            model_name="callevent",
+            name="call",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="events",
+                to="callgate.toolcall",
+            ),
         ),
         migrations.AlterField(
-            model_name='callevent',
-            name='project',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='events', to='callgate.project'),
+            model_name="callevent",
+            name="project",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="events",
+                to="callgate.project",
+            ),
         ),
         migrations.AlterField(
-            model_name='inboxevent',
-            name='agent',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.agent'),
+            model_name="inboxevent",
+            name="agent",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="+",
+                to="callgate.agent",
+            ),
         ),
         migrations.AlterField(
-            model_name='inboxevent',
-            name='project',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.project'),
+            model_name="inboxevent",
+            name="project",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="+",
+                to="callgate.project",
+            ),
         ),
     ]

@@ -1,5 +1,6 @@
 """Template helpers shared by callgate's pages: pretty JSON with redactions, badges,
 short operation IDs with a copy button, and links to pages that may not be installed."""
+
 from __future__ import annotations
 
 import json
@@ -87,7 +88,10 @@ def copy_button(text: str, label: str = "Copy") -> SafeString:
     """A small button that copies ``text`` (see ``data-copy`` in callgate.js)."""
     return format_html(
         '<button type="button" class="copy" data-copy="{}" aria-label="{}" title="{}">{}</button>',
-        text, label, label, _COPY_ICON,
+        text,
+        label,
+        label,
+        _COPY_ICON,
     )
 
 
@@ -97,7 +101,9 @@ def short_op(operation_id: str, length: int = SHORT_OP_LENGTH) -> SafeString:
     short = operation_id if len(operation_id) <= length + 1 else operation_id[:length] + "…"
     return format_html(
         '<span class="op" title="{}">{}</span>{}',
-        operation_id, short, copy_button(operation_id, f"Copy operation ID {operation_id}"),
+        operation_id,
+        short,
+        copy_button(operation_id, f"Copy operation ID {operation_id}"),
     )
 
 
@@ -141,7 +147,9 @@ def event_summary(event) -> str:
             parts.append(f"HTTP {body['http_status']}")
         sent = body.get("sent")
         if body.get("outcome") not in (None, "success"):
-            parts.append({True: "after send", False: "before send", None: "sent unknown"}.get(sent, ""))
+            parts.append(
+                {True: "after send", False: "before send", None: "sent unknown"}.get(sent, "")
+            )
         if body.get("error"):
             parts.append(str(body["error"])[:120])
         return " · ".join(p for p in parts if p)
@@ -151,7 +159,11 @@ def event_summary(event) -> str:
         found, matches = body.get("found"), body.get("matches")
         if not found:
             return "reconciled: not found in the target"
-        return "reconciled: found, arguments match" if matches else "reconciled: found, arguments differ"
+        return (
+            "reconciled: found, arguments match"
+            if matches
+            else "reconciled: found, arguments differ"
+        )
     if kind == "receipt":
         return "receipt from the target"
     if kind == "decision":

@@ -7,105 +7,278 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('callgate', '0001_initial_domain'),
+        ("callgate", "0001_initial_domain"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ReviewItem',
+            name="ReviewItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('escalation', 'Escalation'), ('approval', 'Approval before execution')], default='escalation', max_length=12)),
-                ('status', models.CharField(choices=[('open', 'Open'), ('claimed', 'Claimed'), ('resolved', 'Resolved'), ('expired', 'Expired'), ('settled', 'Settled by a later event')], default='open', max_length=12)),
-                ('reason', models.CharField(help_text="The call's reason when the item was opened.", max_length=32)),
-                ('priority', models.PositiveSmallIntegerField(default=2, help_text='0 is the most urgent.')),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('approval_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('resolution', models.CharField(blank=True, max_length=20)),
-                ('resolution_reason', models.TextField(blank=True)),
-                ('resolved_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('assignee', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='review_items', to=settings.AUTH_USER_MODEL)),
-                ('call', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='review_items', to='callgate.toolcall')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='review_items', to='callgate.project')),
-                ('resolved_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("escalation", "Escalation"),
+                            ("approval", "Approval before execution"),
+                        ],
+                        default="escalation",
+                        max_length=12,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open"),
+                            ("claimed", "Claimed"),
+                            ("resolved", "Resolved"),
+                            ("expired", "Expired"),
+                            ("settled", "Settled by a later event"),
+                        ],
+                        default="open",
+                        max_length=12,
+                    ),
+                ),
+                (
+                    "reason",
+                    models.CharField(
+                        help_text="The call's reason when the item was opened.", max_length=32
+                    ),
+                ),
+                (
+                    "priority",
+                    models.PositiveSmallIntegerField(default=2, help_text="0 is the most urgent."),
+                ),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("approval_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("resolution", models.CharField(blank=True, max_length=20)),
+                ("resolution_reason", models.TextField(blank=True)),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "assignee",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="review_items",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "call",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="review_items",
+                        to="callgate.toolcall",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="review_items",
+                        to="callgate.project",
+                    ),
+                ),
+                (
+                    "resolved_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ReviewAudit',
+            name="ReviewAudit",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('action', models.CharField(choices=[('opened', 'Opened'), ('claim', 'Claimed'), ('release', 'Released'), ('assign', 'Assigned'), ('lease_lapsed', 'Claim lapsed'), ('comment', 'Comment'), ('reconcile', 'Reconcile requested'), ('extend', 'Approval timeout extended'), ('approve', 'Approved'), ('approve_retry', 'Approved retry'), ('reject', 'Rejected'), ('mark_applied', 'Marked applied'), ('mark_failed', 'Marked failed'), ('expired', 'Approval expired'), ('settled', 'Settled by a later event')], max_length=16)),
-                ('state_before', models.CharField(blank=True, max_length=12)),
-                ('state_after', models.CharField(blank=True, max_length=12)),
-                ('call_state_before', models.CharField(blank=True, max_length=20)),
-                ('call_state_after', models.CharField(blank=True, max_length=20)),
-                ('reason', models.TextField(blank=True)),
-                ('override', models.BooleanField(default=False)),
-                ('detail', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.project')),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='audit', to='reviews.reviewitem')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "action",
+                    models.CharField(
+                        choices=[
+                            ("opened", "Opened"),
+                            ("claim", "Claimed"),
+                            ("release", "Released"),
+                            ("assign", "Assigned"),
+                            ("lease_lapsed", "Claim lapsed"),
+                            ("comment", "Comment"),
+                            ("reconcile", "Reconcile requested"),
+                            ("extend", "Approval timeout extended"),
+                            ("approve", "Approved"),
+                            ("approve_retry", "Approved retry"),
+                            ("reject", "Rejected"),
+                            ("mark_applied", "Marked applied"),
+                            ("mark_failed", "Marked failed"),
+                            ("expired", "Approval expired"),
+                            ("settled", "Settled by a later event"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("state_before", models.CharField(blank=True, max_length=12)),
+                ("state_after", models.CharField(blank=True, max_length=12)),
+                ("call_state_before", models.CharField(blank=True, max_length=20)),
+                ("call_state_after", models.CharField(blank=True, max_length=20)),
+                ("reason", models.TextField(blank=True)),
+                ("override", models.BooleanField(default=False)),
+                ("detail", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="callgate.project",
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="audit",
+                        to="reviews.reviewitem",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'pk'],
+                "ordering": ["created_at", "pk"],
             },
         ),
         migrations.CreateModel(
-            name='WebhookDelivery',
+            name="WebhookDelivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('delivery_id', models.UUIDField(help_text='Same for every attempt of one decision.')),
-                ('attempt', models.PositiveSmallIntegerField()),
-                ('url', models.URLField()),
-                ('status_code', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('error', models.TextField(blank=True)),
-                ('ok', models.BooleanField(default=False)),
-                ('duration_ms', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.agent')),
-                ('call', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.toolcall')),
-                ('item', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='reviews.reviewitem')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='callgate.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "delivery_id",
+                    models.UUIDField(help_text="Same for every attempt of one decision."),
+                ),
+                ("attempt", models.PositiveSmallIntegerField()),
+                ("url", models.URLField()),
+                ("status_code", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("error", models.TextField(blank=True)),
+                ("ok", models.BooleanField(default=False)),
+                ("duration_ms", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="callgate.agent",
+                    ),
+                ),
+                (
+                    "call",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="callgate.toolcall",
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="deliveries",
+                        to="reviews.reviewitem",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="callgate.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'pk'],
+                "ordering": ["created_at", "pk"],
             },
         ),
         migrations.AddIndex(
-            model_name='reviewitem',
-            index=models.Index(condition=models.Q(('status__in', ['open', 'claimed'])), fields=['project', 'priority', 'created_at'], name='reviewitem_open_queue'),
+            model_name="reviewitem",
+            index=models.Index(
+                condition=models.Q(("status__in", ["open", "claimed"])),
+                fields=["project", "priority", "created_at"],
+                name="reviewitem_open_queue",
+            ),
         ),
         migrations.AddIndex(
-            model_name='reviewitem',
-            index=models.Index(condition=models.Q(('status', 'claimed')), fields=['lease_expires_at'], name='reviewitem_claimed_lease'),
+            model_name="reviewitem",
+            index=models.Index(
+                condition=models.Q(("status", "claimed")),
+                fields=["lease_expires_at"],
+                name="reviewitem_claimed_lease",
+            ),
         ),
         migrations.AddIndex(
-            model_name='reviewitem',
-            index=models.Index(condition=models.Q(('kind', 'approval'), ('status__in', ['open', 'claimed'])), fields=['approval_expires_at'], name='reviewitem_approval_due'),
+            model_name="reviewitem",
+            index=models.Index(
+                condition=models.Q(("kind", "approval"), ("status__in", ["open", "claimed"])),
+                fields=["approval_expires_at"],
+                name="reviewitem_approval_due",
+            ),
         ),
         migrations.AddIndex(
-            model_name='reviewitem',
-            index=models.Index(fields=['project', 'resolved_by', 'resolved_at'], name='reviewitem_resolved_by'),
+            model_name="reviewitem",
+            index=models.Index(
+                fields=["project", "resolved_by", "resolved_at"], name="reviewitem_resolved_by"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='reviewitem',
-            constraint=models.UniqueConstraint(condition=models.Q(('status__in', ['open', 'claimed'])), fields=('call',), name='reviewitem_one_open_per_call'),
+            model_name="reviewitem",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("status__in", ["open", "claimed"])),
+                fields=("call",),
+                name="reviewitem_one_open_per_call",
+            ),
         ),
         migrations.AddIndex(
-            model_name='reviewaudit',
-            index=models.Index(fields=['item', 'created_at'], name='reviewaudit_item'),
+            model_name="reviewaudit",
+            index=models.Index(fields=["item", "created_at"], name="reviewaudit_item"),
         ),
         migrations.AddIndex(
-            model_name='webhookdelivery',
-            index=models.Index(fields=['item', 'created_at'], name='webhookdelivery_item'),
+            model_name="webhookdelivery",
+            index=models.Index(fields=["item", "created_at"], name="webhookdelivery_item"),
         ),
     ]

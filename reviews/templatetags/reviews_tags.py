@@ -1,4 +1,5 @@
 """Small display helpers for the review templates (no queries)."""
+
 from __future__ import annotations
 
 from django import template
@@ -20,7 +21,11 @@ def short_op(value: str) -> str:
 def approve_action(item, user=None) -> dict:
     """{"decision", "why", "label"} of the queue row's one-key approve for ``user``."""
     decision, why = services.queue_approve_action(item, user=user)
-    return {"decision": decision, "why": why, "label": "Approve" if decision == "approve" else "Approve retry"}
+    return {
+        "decision": decision,
+        "why": why,
+        "label": "Approve" if decision == "approve" else "Approve retry",
+    }
 
 
 @register.filter

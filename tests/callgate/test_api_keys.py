@@ -1,4 +1,5 @@
 """API keys: stored only as digests, revocable, strict about the header, masked in logs."""
+
 from __future__ import annotations
 
 import io
@@ -9,7 +10,13 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from callgate.auth import KEY_PATTERN, LAST_USED_RESOLUTION, api_key_issue, api_key_revoke, api_key_verify
+from callgate.auth import (
+    KEY_PATTERN,
+    LAST_USED_RESOLUTION,
+    api_key_issue,
+    api_key_revoke,
+    api_key_verify,
+)
 from callgate.logmask import MaskApiKeysFilter, mask_api_keys
 from callgate.models import Agent, ApiKey
 from tests.factories import BaseTestCase
@@ -23,13 +30,19 @@ def all_text_cells() -> list[tuple[str, str, str]]:
     cells = []
     with connection.cursor() as cursor:
         for table in connection.introspection.table_names(cursor):
-            columns = [c.name for c in connection.introspection.get_table_description(cursor, table)]
+            columns = [
+                c.name for c in connection.introspection.get_table_description(cursor, table)
+            ]
             cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
             for row in cursor.fetchall():
                 for column, value in zip(columns, row):
                     if value is None:
                         continue
-                    text = bytes(value).decode("latin-1") if isinstance(value, (bytes, memoryview)) else str(value)
+                    text = (
+                        bytes(value).decode("latin-1")
+                        if isinstance(value, (bytes, memoryview))
+                        else str(value)
+                    )
                     cells.append((table, column, text))
     return cells
 
@@ -46,17 +59,25 @@ class ApiKeyStorageTests(BaseTestCase):
     def test_it_never_stores_a_plain_key(self):
         plains = [self.key, self.other_key, api_key_issue(agent=self.agent, name="second").plain]
         out = io.StringIO()
-        call_command("create_agent_key", self.project.slug, "cli-bot", stdout=out, stderr=io.StringIO())
+        call_command(
+            "create_agent_key", self.project.slug, "cli-bot", stdout=out, stderr=io.StringIO()
+        )
         plains.append(out.getvalue().strip())
         # use the keys, so that whatever authentication writes is in the database too
         for plain in plains[:2]:
             with self.captureOnCommitCallbacks(execute=True):
                 self.api(plain).get(PROBE)
         cells = all_text_cells()
-        assert any(table == ApiKey._meta.db_table for table, _, _ in cells)  # the scan sees the key table
+        assert any(
+            table == ApiKey._meta.db_table for table, _, _ in cells
+        )  # the scan sees the key table
         for plain in plains:
             secret = plain.split("_", 2)[2]
-            leaks = [(table, column) for table, column, text in cells if secret in text or secret[:20] in text]
+            leaks = [
+                (table, column)
+                for table, column, text in cells
+                if secret in text or secret[:20] in text
+            ]
             assert leaks == [], f"plain key found in {leaks}"
 
 
@@ -100,7 +121,10 @@ class ApiKeyAuthenticationTests(BaseTestCase):
             response = self.client.get(PROBE, HTTP_AUTHORIZATION=header)
             assert response.status_code == 401, (header[:40], response.status_code)
             body = response.json()
-            assert body["error"] and ("Bearer" in body["error"] or "API key" in body["error"]), (header[:40], body)
+            assert body["error"] and ("Bearer" in body["error"] or "API key" in body["error"]), (
+                header[:40],
+                body,
+            )
             assert body["errors"] == []
             assert response["WWW-Authenticate"].startswith("Bearer")
 
@@ -118,7 +142,9 @@ class ApiKeyAuthenticationTests(BaseTestCase):
             response = self.client.get(f"{PROBE}?{name}={self.key}")
             assert response.status_code == 401, name
             assert response["WWW-Authenticate"].startswith("Bearer")
-        response = self.client.post(f"/api/v1/events?api_key={self.key}", [], content_type="application/json")
+        response = self.client.post(
+            f"/api/v1/events?api_key={self.key}", [], content_type="application/json"
+        )
         assert response.status_code == 401
 
     def test_it_records_when_a_key_was_last_used(self):
@@ -164,16 +190,26 @@ class LogMaskingTests(BaseTestCase):
         assert mask_api_keys("cg_zz and cg_12345678_short") == "cg_zz and cg_12345678_short"
 
     def test_it_masks_keys_in_log_record_arguments(self):
-        record = logging.LogRecord("callgate", logging.WARNING, __file__, 1, "bad request with key %s from %r",
-                                   (self.key, {"authorization": f"Bearer {self.key}"}), None)
+        record = logging.LogRecord(
+            "callgate",
+            logging.WARNING,
+            __file__,
+            1,
+            "bad request with key %s from %r",
+            (self.key, {"authorization": f"Bearer {self.key}"}),
+            None,
+        )
         assert MaskApiKeysFilter().filter(record) is True
         message = record.getMessage()
         assert self.key not in message
         assert message.startswith(f"bad request with key {self.key[:12]}… from ")
 
     def test_it_masks_keys_in_what_the_configured_handlers_write(self):
-        handlers = [h for h in logging.getLogger().handlers
-                    if any(isinstance(f, MaskApiKeysFilter) for f in h.filters)]
+        handlers = [
+            h
+            for h in logging.getLogger().handlers
+            if any(isinstance(f, MaskApiKeysFilter) for f in h.filters)
+        ]
         assert handlers, "the console handler of settings.LOGGING lost its mask_api_keys filter"
         handler = handlers[0]
         stream = io.StringIO()

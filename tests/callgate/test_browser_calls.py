@@ -2,6 +2,7 @@
 dark: rows render with badges, the keyboard opens a call, the 5 s poll brings new rows in
 highlighted without losing the selection, and no CSP or script errors. Screenshots go to
 ``test-artifacts/`` for a human to look at."""
+
 from __future__ import annotations
 
 import uuid
@@ -21,10 +22,19 @@ def seed(project, agent, n: int = 60) -> list[ToolCall]:
     """``n`` calls of mixed reasons over the last hours, each with a proposed and an
     attempt event; newest first."""
     contract = ToolContract.objects.create(
-        project=project, name="create_follow_up", version=2, digest=uuid.uuid4().hex, effect="write",
-        idempotent=True, reconcile_method="http", lint_score=72,
+        project=project,
+        name="create_follow_up",
+        version=2,
+        digest=uuid.uuid4().hex,
+        effect="write",
+        idempotent=True,
+        reconcile_method="http",
+        lint_score=72,
         lint_findings=[{"path": "properties.assignee_id", "message": "has no description"}],
-        parameters={"type": "object", "properties": {"ticket_id": {"type": "string"}, "card": {"type": "string"}}},
+        parameters={
+            "type": "object",
+            "properties": {"ticket_id": {"type": "string"}, "card": {"type": "string"}},
+        },
     )
     now = timezone.now()
     calls = []
@@ -33,19 +43,48 @@ def seed(project, agent, n: int = 60) -> list[ToolCall]:
         category, route = TABLE[Reason(reason)]
         created = now - timedelta(minutes=7 * i + 1)
         call = ToolCall.objects.create(
-            project=project, agent=agent, operation_id=f"{i:04d}" + uuid.uuid4().hex[:20], tool_name=contract.name,
-            contract=contract, arguments={"ticket_id": f"T-{1000 + i}", "card": "•••"},
+            project=project,
+            agent=agent,
+            operation_id=f"{i:04d}" + uuid.uuid4().hex[:20],
+            tool_name=contract.name,
+            contract=contract,
+            arguments={"ticket_id": f"T-{1000 + i}", "card": "•••"},
             state="succeeded" if category.value in ("ok", "empty_result") else "in_review",
-            reason=reason, category=category.value, route=route.value, attempts=1 + i % 3,
-            observation="" if category.value == "ok" else f"{reason}: check the ticket before retrying.",
-            created_at=created, updated_at=created,
+            reason=reason,
+            category=category.value,
+            route=route.value,
+            attempts=1 + i % 3,
+            observation=""
+            if category.value == "ok"
+            else f"{reason}: check the ticket before retrying.",
+            created_at=created,
+            updated_at=created,
         )
-        CallEvent.objects.create(project=project, call=call, kind="proposed", body={"format": "anthropic"},
-                                 occurred_at=created, received_at=created, state_after="allowed")
         CallEvent.objects.create(
-            project=project, call=call, kind="attempt", occurred_at=created, received_at=created + timedelta(seconds=2),
-            body={"attempt": 1, "sent": True, "outcome": "success" if category.value == "ok" else "timeout"},
-            reason=reason, category=category.value, route=route.value, state_before="allowed", state_after=call.state,
+            project=project,
+            call=call,
+            kind="proposed",
+            body={"format": "anthropic"},
+            occurred_at=created,
+            received_at=created,
+            state_after="allowed",
+        )
+        CallEvent.objects.create(
+            project=project,
+            call=call,
+            kind="attempt",
+            occurred_at=created,
+            received_at=created + timedelta(seconds=2),
+            body={
+                "attempt": 1,
+                "sent": True,
+                "outcome": "success" if category.value == "ok" else "timeout",
+            },
+            reason=reason,
+            category=category.value,
+            route=route.value,
+            state_before="allowed",
+            state_after=call.state,
         )
         calls.append(call)
     return calls
@@ -75,8 +114,15 @@ class CallsBrowserTests(BrowserTestCase):
         self.login("alice", next_path="/p/acme/calls/?since=24h")
         self.page.locator(f"#call-{calls[2].pk}").click()
         new = ToolCall.objects.create(
-            project=self.project, agent=self.agent, operation_id="fresh-" + uuid.uuid4().hex, tool_name="get_weather",
-            state="retry_wait", reason="rate_limited", category="transient", route="retry", attempts=1,
+            project=self.project,
+            agent=self.agent,
+            operation_id="fresh-" + uuid.uuid4().hex,
+            tool_name="get_weather",
+            state="retry_wait",
+            reason="rate_limited",
+            category="transient",
+            route="retry",
+            attempts=1,
         )
         self.page.locator(f"#call-{new.pk}.new").wait_for(timeout=12_000)
         assert self.page.locator(f"#call-{calls[2].pk}").get_attribute("aria-selected") == "true"
@@ -90,7 +136,12 @@ class CallsBrowserTests(BrowserTestCase):
         self.page.wait_for_url("**category=transient**")
         self.page.locator(".chips .chip").first.wait_for()
         badges = self.page.locator("#call-rows .badge").all_inner_texts()
-        assert badges and set(badges) <= {"rate_limited", "unavailable", "circuit_open", "read_failure"}
+        assert badges and set(badges) <= {
+            "rate_limited",
+            "unavailable",
+            "circuit_open",
+            "read_failure",
+        }
         self.page.get_by_label("Clear the category filter").click()
         self.page.wait_for_url(lambda url: "category=" not in url)
         assert self.page.locator("#call-rows tr[data-row]").count() == 50
@@ -99,8 +150,9 @@ class CallsBrowserTests(BrowserTestCase):
     def test_it_reads_well_in_dark_mode(self):
         calls = seed(self.project, self.agent)
         self.context.close()
-        self.context = self.browser.new_context(viewport=dict(self.viewport), color_scheme="dark",
-                                                locale="en-GB", timezone_id="UTC")
+        self.context = self.browser.new_context(
+            viewport=dict(self.viewport), color_scheme="dark", locale="en-GB", timezone_id="UTC"
+        )
         self.page = self.context.new_page()
         self.page.on("console", self._on_console)
         self.login("alice", next_path="/p/acme/calls/")

@@ -1,6 +1,7 @@
 """The API docs (drf-spectacular's Swagger UI, served from the sidecar) in a real browser:
 it renders the operations and breaks no Content-Security-Policy rule (our override of
 ``drf_spectacular/swagger_ui.html`` has no inline ``<style>``)."""
+
 from __future__ import annotations
 
 from tests.browser_support import BrowserTestCase

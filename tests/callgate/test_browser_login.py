@@ -1,4 +1,5 @@
 """Log in with a real browser and land on the project's overview."""
+
 from __future__ import annotations
 
 from tests.browser_support import BrowserTestCase
@@ -29,7 +30,11 @@ class LoginBrowserTests(BrowserTestCase):
         self.page.fill("#id_password", "wrong")
         with self.page.expect_navigation():
             self.page.click("form button[type=submit]")
-        assert self.page.get_by_role("alert").inner_text().startswith("Your username and password didn't match")
+        assert (
+            self.page.get_by_role("alert")
+            .inner_text()
+            .startswith("Your username and password didn't match")
+        )
 
     def test_it_does_not_show_another_projects_overview(self):
         self.login("alice")

@@ -1,6 +1,7 @@
 """The report pages in a real browser (Chromium via Playwright), light and dark: charts are
 drawn (no CSP or script errors), tables sit beside them, and screenshots of every page go
 to ``test-artifacts/`` for a human to look at."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -13,8 +14,14 @@ from callgate.rollups import hour_floor, rollups_rebuild
 from tests.browser_support import BrowserTestCase, artifact_path
 from tests.callgate.test_reports import make_contracts, seed_calls
 
-PAGES = [("overview", ""), ("reasons", "reasons/"), ("tools", "tools/"), ("agents", "agents/"),
-         ("reliability", "reliability/"), ("review", "review/")]
+PAGES = [
+    ("overview", ""),
+    ("reasons", "reasons/"),
+    ("tools", "tools/"),
+    ("agents", "agents/"),
+    ("reliability", "reliability/"),
+    ("review", "review/"),
+]
 
 
 class BrowserReportsTests(BrowserTestCase):
@@ -22,11 +29,25 @@ class BrowserReportsTests(BrowserTestCase):
 
     def setUp(self):
         super().setUp()
-        agents = [self.agent, *(Agent.objects.create(project=self.project, name=n) for n in ("travel-bot", "billing-bot"))]
+        agents = [
+            self.agent,
+            *(
+                Agent.objects.create(project=self.project, name=n)
+                for n in ("travel-bot", "billing-bot")
+            ),
+        ]
         contracts = make_contracts(self.project)
         start = hour_floor(timezone.now()) - timedelta(days=7)
         calls = seed_calls(self.project, agents, contracts, n=900, start=start, hours=24 * 7)
-        seed_calls(self.project, agents, contracts, seed=3, n=700, start=start - timedelta(days=7), hours=24 * 7)
+        seed_calls(
+            self.project,
+            agents,
+            contracts,
+            seed=3,
+            n=700,
+            start=start - timedelta(days=7),
+            hours=24 * 7,
+        )
         self._review_items(calls)
         rollups_rebuild()
 
@@ -35,13 +56,21 @@ class BrowserReportsTests(BrowserTestCase):
         review = [c for c in calls if c.route == "review"]
         for i, call in enumerate(review):
             if i % 3 == 0:
-                ReviewItem.objects.create(project=self.project, call=call, reason=call.reason,
-                                          created_at=now - timedelta(minutes=7 * i + 3))
+                ReviewItem.objects.create(
+                    project=self.project,
+                    call=call,
+                    reason=call.reason,
+                    created_at=now - timedelta(minutes=7 * i + 3),
+                )
             else:
                 ReviewItem.objects.create(
-                    project=self.project, call=call, reason=call.reason, status="resolved",
+                    project=self.project,
+                    call=call,
+                    reason=call.reason,
+                    status="resolved",
                     resolution=["approve_retry", "reject", "mark_applied", "mark_failed"][i % 4],
-                    created_at=call.created_at, resolved_at=call.created_at + timedelta(minutes=4 + 9 * (i % 7)),
+                    created_at=call.created_at,
+                    resolved_at=call.created_at + timedelta(minutes=4 + 9 * (i % 7)),
                 )
 
     def _context(self, scheme: str):
@@ -57,10 +86,22 @@ class BrowserReportsTests(BrowserTestCase):
             page = context.new_page()
             errors: list[str] = []
             # script errors and CSP violations show as console errors; 404s are checked by URL below
-            page.on("console", lambda msg: errors.append(msg.text)
-                    if msg.type == "error" and not msg.text.startswith("Failed to load resource") else None)
-            page.on("response", lambda r: errors.append(f"{r.status} {r.url}")
-                    if r.status >= 400 and not r.url.endswith("/favicon.ico") else None)
+            page.on(
+                "console",
+                lambda msg: (
+                    errors.append(msg.text)
+                    if msg.type == "error" and not msg.text.startswith("Failed to load resource")
+                    else None
+                ),
+            )
+            page.on(
+                "response",
+                lambda r: (
+                    errors.append(f"{r.status} {r.url}")
+                    if r.status >= 400 and not r.url.endswith("/favicon.ico")
+                    else None
+                ),
+            )
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             for name, path in PAGES:
                 response = page.goto(f"{self.live_server_url}/p/acme/reports/{path}")
@@ -71,15 +112,26 @@ class BrowserReportsTests(BrowserTestCase):
                     canvas = canvases.nth(i)
                     assert canvas.get_attribute("aria-label")
                     # Chart.js sized the canvas: it drew something
-                    assert page.evaluate("(c) => Chart.getChart(c) !== undefined", canvas.element_handle()), (name, i)
+                    assert page.evaluate(
+                        "(c) => Chart.getChart(c) !== undefined", canvas.element_handle()
+                    ), (name, i)
                 assert page.locator("table.report-table").count() >= 1
-                if name == "overview":  # bars use the chart shades (--chart-*), one distinct colour per category
+                if (
+                    name == "overview"
+                ):  # bars use the chart shades (--chart-*), one distinct colour per category
                     fills = page.evaluate("""() => Chart.getChart(document.getElementById('chart-categories')).data.datasets
                         .map((d) => [d.label, d.backgroundColor])""")
-                    assert len(fills) >= 10 and len({f for _, f in fills}) == len(fills), (scheme, fills)
+                    assert len(fills) >= 10 and len({f for _, f in fills}) == len(fills), (
+                        scheme,
+                        fills,
+                    )
                     expected = page.evaluate("""() => ['ok', 'transient', 'approval', 'duplicate', 'denied', 'tool_error']
                         .map((c) => getComputedStyle(document.documentElement).getPropertyValue('--chart-' + c).trim())""")
-                    assert all(expected) and set(expected) <= {f for _, f in fills}, (scheme, expected, fills)
+                    assert all(expected) and set(expected) <= {f for _, f in fills}, (
+                        scheme,
+                        expected,
+                        fills,
+                    )
                 page.screenshot(path=str(artifact_path(f"reports-{name}-{scheme}")), full_page=True)
             assert errors == [], errors
             context.close()
@@ -128,7 +180,9 @@ class BrowserReportsNarrowTests(BrowserReportsTests):
             for box in boxes:
                 assert box["inside"], (name, box)
                 assert box["scroll"] <= box["client"] + 1 or box["hinted"], (name, box)
-            assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth"), name
+            assert page.evaluate(
+                "() => document.documentElement.scrollWidth <= window.innerWidth"
+            ), name
             if name == "tools":
                 page.screenshot(path=str(artifact_path("reports-tools-1366")), full_page=True)
         context.close()

@@ -2,6 +2,7 @@
 registered with ``PUT /api/v1/tools/{name}``, events posted to ``POST /api/v1/events`` one
 by one, the final classification read from the last event's ``GET /api/v1/events/{event_id}``
 and from ``GET /api/v1/calls/{operation_id}``."""
+
 from __future__ import annotations
 
 from callgate.auth import api_key_issue
@@ -33,7 +34,10 @@ class CaseTests(BaseTestCase):
             operation_id = answer["operation_id"]
         expect = case["expect"]
         assert (answer["reason"], answer["category"], answer["route"]) == (
-            expect["reason"], expect["category"], expect["route"]), answer["observation"]
+            expect["reason"],
+            expect["category"],
+            expect["route"],
+        ), answer["observation"]
         observation = answer["observation"].lower()
         for text in expect.get("observation_contains", []):
             assert text.lower() in observation, f"{text!r} missing from: {answer['observation']}"
@@ -46,6 +50,7 @@ class CaseTests(BaseTestCase):
 def _make_test(case):
     def test(self):
         self.run_case(case)
+
     test.__doc__ = case.get("title")
     return test
 

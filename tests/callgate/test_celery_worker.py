@@ -1,4 +1,5 @@
 """A real Celery worker process against the broker in CELERY_BROKER_URL (Redis in CI)."""
+
 from __future__ import annotations
 
 import os
@@ -20,21 +21,45 @@ RESULT_TIMEOUT = 60
 
 
 @pytest.mark.worker
-@pytest.mark.skipif(not BROKER_URL, reason="CELERY_BROKER_URL is unset: no broker to start a worker against "
-                                           "(CI sets it; local SQLite runs use eager tasks)")
+@pytest.mark.skipif(
+    not BROKER_URL,
+    reason="CELERY_BROKER_URL is unset: no broker to start a worker against "
+    "(CI sets it; local SQLite runs use eager tasks)",
+)
 class CeleryWorkerTests(SimpleTestCase):
     def setUp(self):
         # A queue of our own, so that no other worker on the same Redis takes the task.
         self.queue = f"test-ping-{uuid.uuid4().hex[:12]}"
-        self.log_path = Path(settings.BASE_DIR) / "test-artifacts" / f"celery-worker-{self.queue}.log"
+        self.log_path = (
+            Path(settings.BASE_DIR) / "test-artifacts" / f"celery-worker-{self.queue}.log"
+        )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "callgate.settings", "DEBUG": "true"}
         self.log_file = self.log_path.open("w")
         self.worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "callgate", "worker", "--pool=solo", "-c", "1",
-             "-Q", self.queue, "--without-gossip", "--without-mingle", "--without-heartbeat",
-             "--loglevel=INFO", "-n", f"{self.queue}@%h"],
-            cwd=settings.BASE_DIR, env=env, stdout=self.log_file, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "callgate",
+                "worker",
+                "--pool=solo",
+                "-c",
+                "1",
+                "-Q",
+                self.queue,
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--loglevel=INFO",
+                "-n",
+                f"{self.queue}@%h",
+            ],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
         )
         # conftest makes every task eager; this test needs the broker
         self.addCleanup(setattr, app.conf, "task_always_eager", app.conf.task_always_eager)

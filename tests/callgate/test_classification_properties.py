@@ -1,5 +1,6 @@
 """Property tests of the pure parts: the classifier never raises, operation IDs ignore key
 order and whitespace, classification is deterministic."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,10 @@ CONTRACT = Contract(
             "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
             "date": {"type": "string", "format": "date"},
             "class": {"type": "string", "enum": ["economy", "business"]},
-            "traveller": {"type": "object", "properties": {"email": {"type": "string", "format": "email"}}},
+            "traveller": {
+                "type": "object",
+                "properties": {"email": {"type": "string", "format": "email"}},
+            },
         },
         "required": ["destination", "passengers"],
     },
@@ -31,16 +35,22 @@ TOOLS = {"book_flight": CONTRACT}
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=20,
 )
 #: Text as callgate stores it: parsing turns U+0000 and unpaired surrogates into U+FFFD
 #: (``callgate.providers.loads``; tested in test_providers), so IDs are compared over the rest.
-storable_text = st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"))
+storable_text = st.text(
+    alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
+)
 storable_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | storable_text,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(storable_text.map(lambda t: t[:8]), children,
-                                                                       max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(storable_text.map(lambda t: t[:8]), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -48,7 +58,9 @@ storable_values = st.recursive(
 def classify(format_: str, call) -> tuple:
     proposal = normalise(format_, call)
     digest = arguments_digest(proposal.arguments) if proposal.arguments_ok else ""
-    verdict = classify_proposal(proposal, tools=TOOLS, existing=None, arguments_digest=digest, reasks_used=0)
+    verdict = classify_proposal(
+        proposal, tools=TOOLS, existing=None, arguments_digest=digest, reasks_used=0
+    )
     return verdict.reason, verdict.route, verdict.observation
 
 
@@ -57,11 +69,25 @@ def classify(format_: str, call) -> tuple:
 def test_any_byte_string_as_arguments_never_raises(raw, format_):
     text = raw.decode("utf-8", errors="replace")
     calls = {
-        "openai": {"id": "c", "type": "function", "function": {"name": "book_flight", "arguments": text}},
-        "openai_responses": {"type": "function_call", "call_id": "c", "name": "book_flight", "arguments": text},
+        "openai": {
+            "id": "c",
+            "type": "function",
+            "function": {"name": "book_flight", "arguments": text},
+        },
+        "openai_responses": {
+            "type": "function_call",
+            "call_id": "c",
+            "name": "book_flight",
+            "arguments": text,
+        },
         "anthropic": {"type": "tool_use", "id": "c", "name": "book_flight", "input": text},
         "gemini": {"functionCall": {"name": "book_flight", "args": text}},
-        "mcp": {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "book_flight", "arguments": text}},
+        "mcp": {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "book_flight", "arguments": text},
+        },
         "plain": {"tool": "book_flight", "arguments": text},
     }
     reason, route, _ = classify(format_, calls[format_])
@@ -71,25 +97,44 @@ def test_any_byte_string_as_arguments_never_raises(raw, format_):
 @settings(max_examples=300, deadline=None)
 @given(arguments=json_values, call=json_values, format_=st.sampled_from(FORMATS))
 def test_any_json_value_never_raises_and_is_deterministic(arguments, call, format_):
-    for candidate in (call, {"tool": "book_flight", "arguments": arguments},
-                      {"type": "tool_use", "name": "book_flight", "input": arguments}):
+    for candidate in (
+        call,
+        {"tool": "book_flight", "arguments": arguments},
+        {"type": "tool_use", "name": "book_flight", "input": arguments},
+    ):
         first = classify(format_, candidate)
         assert classify(format_, candidate) == first
 
 
 @settings(max_examples=200, deadline=None)
-@given(arguments=st.dictionaries(storable_text.map(lambda t: t[:10]), storable_values, max_size=6),
-       request_id=st.text(min_size=1, max_size=20))
+@given(
+    arguments=st.dictionaries(storable_text.map(lambda t: t[:10]), storable_values, max_size=6),
+    request_id=st.text(min_size=1, max_size=20),
+)
 def test_key_order_and_whitespace_never_change_a_derived_operation_id(arguments, request_id):
     reordered = dict(reversed(list(arguments.items())))
     compact = json.loads(json.dumps(arguments, separators=(",", ":")))
     spaced = json.loads(json.dumps(reordered, indent=4))
-    ids = {derive_operation_id(request_id=request_id, tool="book_flight", arguments=a) for a in (arguments, compact, spaced)}
+    ids = {
+        derive_operation_id(request_id=request_id, tool="book_flight", arguments=a)
+        for a in (arguments, compact, spaced)
+    }
     assert len(ids) == 1
-    via_openai = normalise("openai", {"id": "c", "type": "function",
-                                      "function": {"name": "book_flight", "arguments": json.dumps(reordered, indent=2)}})
+    via_openai = normalise(
+        "openai",
+        {
+            "id": "c",
+            "type": "function",
+            "function": {"name": "book_flight", "arguments": json.dumps(reordered, indent=2)},
+        },
+    )
     if via_openai.arguments_ok:
-        assert derive_operation_id(request_id=request_id, tool="book_flight", arguments=via_openai.arguments) in ids
+        assert (
+            derive_operation_id(
+                request_id=request_id, tool="book_flight", arguments=via_openai.arguments
+            )
+            in ids
+        )
 
 
 @settings(max_examples=200, deadline=None)
@@ -101,10 +146,16 @@ def test_key_order_and_whitespace_never_change_a_derived_operation_id(arguments,
     result=json_values,
     attempts=st.integers(min_value=1, max_value=5),
 )
-def test_attempt_classification_is_total_and_deterministic(sent, outcome, status, error, result, attempts):
+def test_attempt_classification_is_total_and_deterministic(
+    sent, outcome, status, error, result, attempts
+):
     attempt = Attempt(sent=sent, outcome=outcome, http_status=status, error=error, result=result)
-    first = classify_attempt(attempt, contract=CONTRACT, attempts_used=attempts, deadline_passed=False)
-    assert first == classify_attempt(attempt, contract=CONTRACT, attempts_used=attempts, deadline_passed=False)
+    first = classify_attempt(
+        attempt, contract=CONTRACT, attempts_used=attempts, deadline_passed=False
+    )
+    assert first == classify_attempt(
+        attempt, contract=CONTRACT, attempts_used=attempts, deadline_passed=False
+    )
     assert first.reason is not None
     if first.route.value == "retry":
         assert attempts < CONTRACT.max_attempts

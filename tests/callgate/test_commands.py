@@ -1,4 +1,5 @@
 """Management commands: create_project, add_member, create_agent_key."""
+
 from __future__ import annotations
 
 import io
@@ -56,11 +57,14 @@ class AddMemberCommandTests(BaseTestCase):
 
     def test_it_adds_an_existing_user_to_another_project(self):
         run("add_member", "globex", "alice", "viewer")
-        assert set(Membership.objects.filter(user=self.alice).values_list("project__slug", "role")) == {
-            ("acme", "operator"), ("globex", "viewer")}
+        assert set(
+            Membership.objects.filter(user=self.alice).values_list("project__slug", "role")
+        ) == {("acme", "operator"), ("globex", "viewer")}
 
     def test_it_does_not_create_a_user_without_a_password(self):
-        with self.assertRaisesMessage(CommandError, "no user 'nobody'; pass --password to create one"):
+        with self.assertRaisesMessage(
+            CommandError, "no user 'nobody'; pass --password to create one"
+        ):
             run("add_member", "acme", "nobody", "viewer")
         assert not get_user_model().objects.filter(username="nobody").exists()
 

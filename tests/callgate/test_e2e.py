@@ -6,6 +6,7 @@ second write, ever.
 These are ``TransactionTestCase``s: callgate enqueues reconciliation with
 ``transaction.on_commit``, which only fires on a real commit.
 """
+
 from __future__ import annotations
 
 import io
@@ -114,9 +115,16 @@ class E2ETestCase(TransactionTestCase):
         self.follow_up = follow_up_tool(self.sim_http)
 
     def make_client(self, **kwargs) -> CallgateClient:
-        options = dict(transport=self.callgate, flush_interval=None, execute_timeout=None,
-                       buffer_dir=self.buffer_dir, sleep=self.time.sleep, clock=self.time.clock,
-                       wait_limit=60, poll_interval=1)
+        options = dict(
+            transport=self.callgate,
+            flush_interval=None,
+            execute_timeout=None,
+            buffer_dir=self.buffer_dir,
+            sleep=self.time.sleep,
+            clock=self.time.clock,
+            wait_limit=60,
+            poll_interval=1,
+        )
         options.update(kwargs)
         client = CallgateClient("http://localhost", self.key, **options)
         self.addCleanup(client.close, flush=False)
@@ -141,47 +149,72 @@ class E2ETestCase(TransactionTestCase):
 
 class AgentScenarioTests(E2ETestCase):
     def test_it_writes_a_follow_up_on_a_normal_ticket_once(self):
-        result = self.client.run("openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-1")
+        result = self.client.run(
+            "openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-1"
+        )
         assert result.status == "succeeded" and result.executions == 1
         assert result.result["id"] == "F-1"
         [write] = self.writes()
-        assert write["operation_id"] == result.operation_id and write["request"] == self.follow_up_args()
+        assert (
+            write["operation_id"] == result.operation_id
+            and write["request"] == self.follow_up_args()
+        )
         call = self.call(result.operation_id)
         assert (call.state, call.reason, call.attempts) == ("succeeded", "ok", 1)
 
     def test_it_denies_another_tenants_ticket_without_revealing_it(self):
-        result = self.client.run("openai", self.propose(self.follow_up_args(ticket_id="T-3")), self.follow_up,
-                                 request_id="req-2")
+        result = self.client.run(
+            "openai",
+            self.propose(self.follow_up_args(ticket_id="T-3")),
+            self.follow_up,
+            request_id="req-2",
+        )
         assert result.status == "denied" and result.reason == "permission_denied"
         assert "globex" not in result.observation.lower()
         assert self.writes() == []
         assert self.call(result.operation_id).reason == "permission_denied"
 
     def test_it_reasks_for_a_deleted_ticket(self):
-        result = self.client.run("openai", self.propose(self.follow_up_args(ticket_id="T-4")), self.follow_up,
-                                 request_id="req-3")
+        result = self.client.run(
+            "openai",
+            self.propose(self.follow_up_args(ticket_id="T-4")),
+            self.follow_up,
+            request_id="req-3",
+        )
         assert result.status == "reask" and result.reason == "reference_not_found"
         assert result.executions == 1 and self.writes() == []
 
     def test_it_stops_a_bad_date_at_the_gate(self):
         executed = []
-        result = self.client.run("openai", self.propose(self.follow_up_args(due_at="next tuesday")),
-                                 lambda a, op: executed.append(op), request_id="req-4")
+        result = self.client.run(
+            "openai",
+            self.propose(self.follow_up_args(due_at="next tuesday")),
+            lambda a, op: executed.append(op),
+            request_id="req-4",
+        )
         assert result.status == "reask" and result.reason == "constraint_violation"
         assert "due_at" in result.observation
         assert executed == [] and self.writes() == []
 
     def test_it_stops_an_extra_field_at_the_gate(self):
         executed = []
-        result = self.client.run("openai", self.propose(self.follow_up_args(priority="high")),
-                                 lambda a, op: executed.append(op), request_id="req-5")
+        result = self.client.run(
+            "openai",
+            self.propose(self.follow_up_args(priority="high")),
+            lambda a, op: executed.append(op),
+            request_id="req-5",
+        )
         assert result.status == "reask" and result.reason == "unknown_argument"
         assert "priority" in result.observation
         assert executed == [] and self.writes() == []
 
     def test_it_returns_the_receipt_for_the_same_proposal_twice(self):
-        first = self.client.run("openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-6")
-        second = self.client.run("openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-6")
+        first = self.client.run(
+            "openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-6"
+        )
+        second = self.client.run(
+            "openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-6"
+        )
         assert first.status == "succeeded"
         assert second.status == "receipt" and second.executions == 0
         assert second.operation_id == first.operation_id
@@ -191,7 +224,9 @@ class AgentScenarioTests(E2ETestCase):
 
     def test_it_retries_a_failure_before_send_and_succeeds(self):
         self.sim.fail_next("connect_error")
-        result = self.client.run("openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-7")
+        result = self.client.run(
+            "openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-7"
+        )
         assert result.status == "succeeded" and result.executions == 2
         assert len(self.time.sleeps) == 1 and 0 <= self.time.sleeps[0] <= 0.5
         [write] = self.writes()
@@ -204,7 +239,9 @@ class AgentScenarioTests(E2ETestCase):
 
     def test_it_reconciles_a_timeout_after_send_as_applied_without_retrying(self):
         self.sim.fail_next("timeout_after_write")
-        result = self.client.run("openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-8")
+        result = self.client.run(
+            "openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-8"
+        )
         assert result.status == "receipt" and result.reason == "reconciled_applied"
         assert result.executions == 1
         [write] = self.writes()
@@ -220,7 +257,9 @@ class AgentScenarioTests(E2ETestCase):
             executed.append(operation_id)
             return self.follow_up(arguments, operation_id)
 
-        result = self.client.run("openai", self.propose(self.follow_up_args()), execute, request_id="req-9")
+        result = self.client.run(
+            "openai", self.propose(self.follow_up_args()), execute, request_id="req-9"
+        )
         assert result.status == "succeeded"
         assert executed == [result.operation_id, result.operation_id]
         [write] = self.writes()
@@ -238,12 +277,16 @@ class AgentScenarioTests(E2ETestCase):
         def target_confirms_late():
             op = ToolCall.objects.get(project=self.project).operation_id
             receipt = self.sim.operation("acme", op)["receipt"]
-            confirmations.append(self.client.report_now(self.client.event("receipt", operation_id=op,
-                                                                          result=receipt)))
+            confirmations.append(
+                self.client.report_now(
+                    self.client.event("receipt", operation_id=op, result=receipt)
+                )
+            )
 
         self.time.on_sleep.append(target_confirms_late)
-        result = self.client.run("openai", self.propose(self.follow_up_args()), self.follow_up,
-                                 request_id="req-10")
+        result = self.client.run(
+            "openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-10"
+        )
         assert confirmations and confirmations[0].reason == "reconciled_applied"
         assert result.status == "receipt" and result.reason == "reconciled_applied"
         assert result.executions == 1
@@ -257,15 +300,22 @@ class AgentScenarioTests(E2ETestCase):
         # written, but invisible to the first look-up: reconciled absent, retried under the
         # same operation ID, and the target dedupes it (no second write)
         self.sim.fail_next("late_confirmation", after_lookups=1)
-        result = self.client.run("openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-11")
+        result = self.client.run(
+            "openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-11"
+        )
         assert result.ok
         [write] = self.writes()
         assert write["operation_id"] == result.operation_id
         self.assert_at_most_one_write_per_operation()
 
     def test_it_sends_a_state_conflict_to_review_and_waits(self):
-        result = self.client.run("openai", self.propose(self.follow_up_args(ticket_id="T-5")), self.follow_up,
-                                 request_id="req-12", wait_limit=10)
+        result = self.client.run(
+            "openai",
+            self.propose(self.follow_up_args(ticket_id="T-5")),
+            self.follow_up,
+            request_id="req-12",
+            wait_limit=10,
+        )
         assert result.status == "waiting" and result.reason == "conflict"
         assert result.executions == 1 and self.writes() == []
         call = self.call(result.operation_id)
@@ -283,14 +333,20 @@ class CallgateDownTests(E2ETestCase):
             answers.append(operation_id)
             return self.follow_up(arguments, operation_id)
 
-        result = self.client.run("openai", self.propose(self.follow_up_args()), execute, request_id="req-20")
+        result = self.client.run(
+            "openai", self.propose(self.follow_up_args()), execute, request_id="req-20"
+        )
         assert result.status == "succeeded" and result.answer is None  # decided locally
         assert len(self.client.buffer) == 1
 
         # a whole run while callgate is down (fail open): proposal and attempt are buffered
         offline = self.make_client(fail_open=True)
-        result2 = offline.run("openai", self.propose(self.follow_up_args(ticket_id="T-2"), call_id="call_2"),
-                              self.follow_up, request_id="req-21")
+        result2 = offline.run(
+            "openai",
+            self.propose(self.follow_up_args(ticket_id="T-2"), call_id="call_2"),
+            self.follow_up,
+            request_id="req-21",
+        )
         assert result2.status == "succeeded"
         assert len(offline.buffer) == 3  # same directory: 1 + proposed + attempt
         assert offline.flush() == 0
@@ -312,7 +368,9 @@ class CallgateDownTests(E2ETestCase):
     def test_it_re_sends_a_batch_whose_answer_was_lost_without_doubling_it(self):
         client = self.make_client(fail_open=True)
         self.callgate.down = True
-        client.run("openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-22")
+        client.run(
+            "openai", self.propose(self.follow_up_args()), self.follow_up, request_id="req-22"
+        )
         self.callgate.down = False
         events = client.buffer.peek(10)
         inner = self.callgate.inner
@@ -355,7 +413,9 @@ class DemoFleetTests(TransactionTestCase):
         assert set(Reason.values) <= reasons, sorted(set(Reason.values) - reasons)
         assert ReviewItem.objects.filter(call__project=project, status="open").count() >= 5
         assert CallRollup.objects.filter(project=project).exists()
-        self.assertTrue(self.client.login(username="operator", password=text.split("operator / ")[1].split()[0]))
+        self.assertTrue(
+            self.client.login(username="operator", password=text.split("operator / ")[1].split()[0])
+        )
         self.assert_no_second_write(sim)
 
     @staticmethod
@@ -413,7 +473,9 @@ def _database_url() -> str | None:
 
 
 @pytest.mark.worker
-@pytest.mark.skipif(not os.environ.get("CELERY_BROKER_URL"), reason="needs CELERY_BROKER_URL (Redis)")
+@pytest.mark.skipif(
+    not os.environ.get("CELERY_BROKER_URL"), reason="needs CELERY_BROKER_URL (Redis)"
+)
 class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
     """A real Celery worker (prefork, one process) on Redis is killed (SIGKILL) while it
     looks an operation up; the task is delivered again (``acks_late`` +
@@ -430,8 +492,12 @@ class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
         old = (app.conf.task_always_eager, app.conf.task_default_queue)
         app.conf.task_always_eager = False
         app.conf.task_default_queue = self.queue
-        self.addCleanup(lambda: (setattr(app.conf, "task_always_eager", old[0]),
-                                 setattr(app.conf, "task_default_queue", old[1])))
+        self.addCleanup(
+            lambda: (
+                setattr(app.conf, "task_always_eager", old[0]),
+                setattr(app.conf, "task_default_queue", old[1]),
+            )
+        )
         eager = override_settings(CELERY_TASK_ALWAYS_EAGER=False)
         eager.enable()
         self.addCleanup(eager.disable)
@@ -439,8 +505,13 @@ class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
         # the target, over real HTTP
         self.sim = demo_service()
         self.hang = HangFirstLookup(self.sim)
-        self.sim_server = make_server("127.0.0.1", 0, self.hang, server_class=_ThreadingWSGIServer,
-                                      handler_class=_QuietHandler)
+        self.sim_server = make_server(
+            "127.0.0.1",
+            0,
+            self.hang,
+            server_class=_ThreadingWSGIServer,
+            handler_class=_QuietHandler,
+        )
         threading.Thread(target=self.sim_server.serve_forever, daemon=True).start()
         self.addCleanup(self.sim_server.server_close)
         self.addCleanup(self.sim_server.shutdown)
@@ -448,13 +519,36 @@ class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
         self.sim_url = f"http://127.0.0.1:{self.sim_server.server_port}"
 
         # the worker: a separate process on the test database
-        env = {**os.environ, "DATABASE_URL": database_url, "DEBUG": "true", "CELERY_TASK_DEFAULT_QUEUE": self.queue,
-               "CALLGATE_RECONCILE_AUTH_HEADER": f"Authorization: Bearer {TOKEN}",
-               "CALLGATE_RECONCILE_AUTH_ORIGINS": self.sim_url, "CALLGATE_RECONCILE_TIMEOUT": "20"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "DEBUG": "true",
+            "CELERY_TASK_DEFAULT_QUEUE": self.queue,
+            "CALLGATE_RECONCILE_AUTH_HEADER": f"Authorization: Bearer {TOKEN}",
+            "CALLGATE_RECONCILE_AUTH_ORIGINS": self.sim_url,
+            "CALLGATE_RECONCILE_TIMEOUT": "20",
+        }
         self.worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "callgate", "worker", "--pool=prefork", "--concurrency=1",
-             "-Q", self.queue, "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "WARNING"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "callgate",
+                "worker",
+                "--pool=prefork",
+                "--concurrency=1",
+                "-Q",
+                self.queue,
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+                "-l",
+                "WARNING",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         self.addCleanup(self._stop_worker)
         from callgate.tasks import ping
@@ -475,16 +569,27 @@ class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
                 self.worker.wait(timeout=10)
 
     def test_it_reconciles_after_the_worker_died(self):
-        client = CallgateClient(self.live_server_url, self.key, flush_interval=None, execute_timeout=None,
-                                wait_limit=0, sleep=lambda s: None, timeout=60)
+        client = CallgateClient(
+            self.live_server_url,
+            self.key,
+            flush_interval=None,
+            execute_timeout=None,
+            wait_limit=0,
+            sleep=lambda s: None,
+            timeout=60,
+        )
         self.addCleanup(client.close, flush=False)
         client.register_tool("create_follow_up", **contracts(self.sim_url)["create_follow_up"])
         sim_http = httpx.Client(base_url=self.sim_url, timeout=10)
         self.addCleanup(sim_http.close)
         self.sim.fail_next("timeout_after_write")  # over HTTP: written, then 504
         args = {"ticket_id": "T-1", "assignee_id": "u-7", "due_at": DUE}
-        result = client.run("openai", as_openai("create_follow_up", args, "call_1"), follow_up_tool(sim_http),
-                            request_id="req-worker")
+        result = client.run(
+            "openai",
+            as_openai("create_follow_up", args, "call_1"),
+            follow_up_tool(sim_http),
+            request_id="req-worker",
+        )
         assert result.status == "waiting" and result.reason == "outcome_unknown"
         op = result.operation_id
 
@@ -505,7 +610,11 @@ class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
         assert _children(self.worker.pid) and children[0] not in _children(self.worker.pid)
         assert len(self.sim.writes) == 1
 
-        again = client.run("openai", as_openai("create_follow_up", args, "call_2"), follow_up_tool(sim_http),
-                           request_id="req-worker")
+        again = client.run(
+            "openai",
+            as_openai("create_follow_up", args, "call_2"),
+            follow_up_tool(sim_http),
+            request_id="req-worker",
+        )
         assert again.status == "receipt" and again.executions == 0
         assert len(self.sim.writes) == 1

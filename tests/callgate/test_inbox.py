@@ -1,5 +1,6 @@
 """The inbox: ``events_receive`` stores, ``inbox_drain`` applies in arrival order, one drainer
 per project, and nothing stored is lost or applied twice."""
+
 from __future__ import annotations
 
 import threading
@@ -22,9 +23,17 @@ from tests.factories import BaseTestCase, make_event
 
 def weather_call(i: int) -> list[dict]:
     """A proposal and its successful attempt, correlated by request ID and call ID."""
-    return [proposal("get_weather", {"city": f"City {i}"}, request_id=f"req-{i}", call_id=f"c{i}"),
-            make_event("attempt", request_id=f"req-{i}", call_id=f"c{i}", sent=True, outcome="success",
-                       result={"temperature": i})]
+    return [
+        proposal("get_weather", {"city": f"City {i}"}, request_id=f"req-{i}", call_id=f"c{i}"),
+        make_event(
+            "attempt",
+            request_id=f"req-{i}",
+            call_id=f"c{i}",
+            sent=True,
+            outcome="success",
+            result={"temperature": i},
+        ),
+    ]
 
 
 def validated(envelopes: list[dict]) -> list:
@@ -35,25 +44,38 @@ class InboxTests(BaseTestCase):
     def setUp(self):
         self.client_api = self.api()
         for name, body in (("get_weather", WEATHER), ("create_follow_up", FOLLOW_UP)):
-            assert self.client_api.put(f"/api/v1/tools/{name}", body, format="json").status_code == 201
+            assert (
+                self.client_api.put(f"/api/v1/tools/{name}", body, format="json").status_code == 201
+            )
 
     def receive(self, envelopes: list[dict], **kwargs) -> list[str]:
-        return [o.status for o in events_receive(project=self.project, agent=self.agent,
-                                                  events=validated(envelopes), **kwargs)]
+        return [
+            o.status
+            for o in events_receive(
+                project=self.project, agent=self.agent, events=validated(envelopes), **kwargs
+            )
+        ]
 
     def test_an_event_is_pending_until_drained_then_applied_in_arrival_order(self):
         proposed, attempt = weather_call(1)
         assert self.receive([proposed]) == ["accepted"]
         assert self.receive([attempt]) == ["accepted"]
         found = self.client_api.get(f"/api/v1/events/{attempt['event_id']}").json()
-        assert found == {"event_id": attempt["event_id"], "status": "pending", "kind": "attempt", "errors": [],
-                         "answer": None}
+        assert found == {
+            "event_id": attempt["event_id"],
+            "status": "pending",
+            "kind": "attempt",
+            "errors": [],
+            "answer": None,
+        }
         assert not ToolCall.objects.filter(project=self.project).exists()
 
         assert inbox_drain(self.project.pk) == 2
         found = self.client_api.get(f"/api/v1/events/{attempt['event_id']}").json()
         assert found["status"] == "applied" and found["answer"]["reason"] == "ok"
-        assert not InboxEvent.objects.filter(project=self.project).exists()  # applied rows live on as CallEvents
+        assert not InboxEvent.objects.filter(
+            project=self.project
+        ).exists()  # applied rows live on as CallEvents
         assert CallEvent.objects.filter(project=self.project).count() == 2
 
     def test_a_resent_event_is_a_duplicate_while_pending_and_after_it_was_applied(self):
@@ -86,7 +108,9 @@ class InboxTests(BaseTestCase):
         self.receive([e for i in range(200) for e in weather_call(i)])
         inbox_drain(self.project.pk)
         with connection.cursor() as cursor:
-            cursor.execute("ANALYZE callgate_callevent")  # as autovacuum does: a planner that knows the table
+            cursor.execute(
+                "ANALYZE callgate_callevent"
+            )  # as autovacuum does: a planner that knows the table
         seen = []
 
         def remember(execute, sql, params, many, context):
@@ -95,16 +119,23 @@ class InboxTests(BaseTestCase):
 
         with connection.execute_wrapper(remember):
             self.receive(weather_call(999))
-        [(insert, params)] = [(sql, params) for sql, params in seen if sql.startswith("INSERT INTO callgate_inboxevent")]
+        [(insert, params)] = [
+            (sql, params)
+            for sql, params in seen
+            if sql.startswith("INSERT INTO callgate_inboxevent")
+        ]
         with connection.cursor() as cursor:
             cursor.execute("EXPLAIN " + insert, params)
             plan = "\n".join(line for (line,) in cursor.fetchall())
         callevent_scans = [line for line in plan.splitlines() if " on callgate_callevent" in line]
-        assert callevent_scans and all("Index Scan using callevent_unique_event_id" in line
-                                       for line in callevent_scans), plan
+        assert callevent_scans and all(
+            "Index Scan using callevent_unique_event_id" in line for line in callevent_scans
+        ), plan
         assert "Join" not in plan, plan
 
-    @skipUnless(connection.vendor == "postgresql", "SQLite splits bulk inserts by its 999-parameter limit")
+    @skipUnless(
+        connection.vendor == "postgresql", "SQLite splits bulk inserts by its 999-parameter limit"
+    )
     def test_draining_takes_a_fixed_number_of_queries_per_chunk(self):
         def count(n: int, start: int) -> int:
             self.receive([e for i in range(start, start + n) for e in weather_call(i)])
@@ -122,12 +153,18 @@ class InboxTests(BaseTestCase):
         row = InboxEvent.objects.get(event_id=orphan["event_id"])
         assert row.status == InboxEvent.Status.REJECTED
         assert row.errors[0]["loc"] == "operation_id"
-        assert event_answer(self.project, uuid.UUID(attempt["event_id"]))["answer"]["reason"] == "ok"
+        assert (
+            event_answer(self.project, uuid.UUID(attempt["event_id"]))["answer"]["reason"] == "ok"
+        )
         assert inbox_drain(self.project.pk) == 0  # a rejected row is not tried again
 
     def test_a_body_that_no_longer_validates_is_rejected_and_the_rest_applied(self):
-        broken = InboxEvent.objects.create(project=self.project, agent=self.agent, event_id=uuid.uuid4(),
-                                           body={"type": "attempt", "sent": "maybe"})
+        broken = InboxEvent.objects.create(
+            project=self.project,
+            agent=self.agent,
+            event_id=uuid.uuid4(),
+            body={"type": "attempt", "sent": "maybe"},
+        )
         proposed, attempt = weather_call(1)
         self.receive([proposed, attempt])
         assert inbox_drain(self.project.pk) == 3
@@ -146,20 +183,34 @@ class InboxTests(BaseTestCase):
             return real(**kwargs)
 
         self.receive(events)
-        with mock.patch.object(ingest, "_apply_once", failing), self.assertLogs("callgate.ingest", "ERROR"):
+        with (
+            mock.patch.object(ingest, "_apply_once", failing),
+            self.assertLogs("callgate.ingest", "ERROR"),
+        ):
             assert inbox_drain(self.project.pk) == 6
         row = InboxEvent.objects.get(event_id=poison)
-        assert row.status == InboxEvent.Status.REJECTED and row.errors[0]["msg"] == ingest.APPLY_FAILED
+        assert (
+            row.status == InboxEvent.Status.REJECTED and row.errors[0]["msg"] == ingest.APPLY_FAILED
+        )
         assert ToolCall.objects.filter(project=self.project, reason="ok").count() == 2
         # the poisoned call's attempt found no call: refused by the rules, recorded, not lost
         assert InboxEvent.objects.get(event_id=events[3]["event_id"]).errors[0]["loc"] == "call_id"
 
     def test_a_drain_stops_at_the_rows_received_before_it(self):
         self.receive(weather_call(1))
-        bound = InboxEvent.objects.filter(project=self.project).order_by("-id").values_list("id", flat=True)[0]
+        bound = (
+            InboxEvent.objects.filter(project=self.project)
+            .order_by("-id")
+            .values_list("id", flat=True)[0]
+        )
         self.receive(weather_call(2))  # arrives "during" the drain
         assert ingest._drain_chunk(self.project.pk, bound=bound) == 2
-        assert InboxEvent.objects.filter(project=self.project, status=InboxEvent.Status.PENDING).count() == 2
+        assert (
+            InboxEvent.objects.filter(
+                project=self.project, status=InboxEvent.Status.PENDING
+            ).count()
+            == 2
+        )
         assert inbox_drain(self.project.pk) == 2
 
     def test_a_rejected_event_keeps_no_secrets_and_is_applied_when_sent_again_later(self):
@@ -180,16 +231,23 @@ class InboxTests(BaseTestCase):
     def test_the_sweep_applies_what_a_lost_task_left(self):
         self.receive(weather_call(1))
         other = Agent.objects.create(project=self.other_project, name="other")
-        events_receive(project=self.other_project, agent=other, events=validated(weather_call(2)[:1]))
+        events_receive(
+            project=self.other_project, agent=other, events=validated(weather_call(2)[:1])
+        )
         assert tasks.sweep_inbox() == 3
         assert not InboxEvent.objects.filter(status=InboxEvent.Status.PENDING).exists()
         assert ToolCall.objects.filter(project=self.other_project).count() == 1
 
     def test_the_gate_applies_earlier_events_first(self):
-        body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
-                "request_id": "req-1"}
+        body = {
+            "format": "plain",
+            "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+            "request_id": "req-1",
+        }
         op = self.client_api.post("/api/v1/calls", body, format="json").json()["operation_id"]
-        self.receive([make_event("attempt", operation_id=op, sent=True, outcome="timeout")])  # not applied yet
+        self.receive(
+            [make_event("attempt", operation_id=op, sent=True, outcome="timeout")]
+        )  # not applied yet
         again = self.client_api.post("/api/v1/calls", body, format="json").json()
         assert again["verdict"] == "reconcile" and again["reason"] == "outcome_unknown"
 
@@ -198,13 +256,23 @@ class InboxTests(BaseTestCase):
         self.project.save(update_fields=["retention_days"])
         old = timezone.now() - timedelta(days=8)
         for status in (InboxEvent.Status.REJECTED, InboxEvent.Status.PENDING):
-            InboxEvent.objects.create(project=self.project, agent=self.agent, event_id=uuid.uuid4(), body={},
-                                      status=status, received_at=old)
+            InboxEvent.objects.create(
+                project=self.project,
+                agent=self.agent,
+                event_id=uuid.uuid4(),
+                body={},
+                status=status,
+                received_at=old,
+            )
         tasks.purge_events()
-        assert list(InboxEvent.objects.values_list("status", flat=True)) == [InboxEvent.Status.PENDING]
+        assert list(InboxEvent.objects.values_list("status", flat=True)) == [
+            InboxEvent.Status.PENDING
+        ]
 
 
-@skipUnless(connection.vendor == "postgresql", "concurrent drainers need PostgreSQL's advisory locks")
+@skipUnless(
+    connection.vendor == "postgresql", "concurrent drainers need PostgreSQL's advisory locks"
+)
 class ConcurrentDrainTests(TransactionTestCase):
     def test_concurrent_receivers_and_drainers_apply_every_event_once_in_order(self):
         project = Project.objects.create(slug="race", name="Race")
@@ -212,8 +280,13 @@ class ConcurrentDrainTests(TransactionTestCase):
         from callgate import services
         from callgate.schemas import ContractIn
 
-        services.contract_register(agent=agent, name="get_weather", payload=ContractIn.model_validate(WEATHER))
-        batches = [[e for i in range(start, start + 50) for e in weather_call(i)] for start in range(0, 400, 50)]
+        services.contract_register(
+            agent=agent, name="get_weather", payload=ContractIn.model_validate(WEATHER)
+        )
+        batches = [
+            [e for i in range(start, start + 50) for e in weather_call(i)]
+            for start in range(0, 400, 50)
+        ]
         errors: list[BaseException] = []
 
         def work(batch: list[dict]) -> None:
@@ -235,7 +308,9 @@ class ConcurrentDrainTests(TransactionTestCase):
         assert not InboxEvent.objects.filter(project=project).exists()
         assert CallEvent.objects.filter(project=project).count() == 800
         assert ToolCall.objects.filter(project=project).count() == 400
-        assert set(ToolCall.objects.filter(project=project).values_list("reason", flat=True)) == {"ok"}
+        assert set(ToolCall.objects.filter(project=project).values_list("reason", flat=True)) == {
+            "ok"
+        }
 
     def test_batches_with_the_same_events_in_opposite_orders_store_each_once_and_answer_200(self):
         # each insert waits on the other's rows: PostgreSQL aborts one, which is tried again
@@ -256,8 +331,10 @@ class ConcurrentDrainTests(TransactionTestCase):
             finally:
                 connections.close_all()
 
-        threads = [threading.Thread(target=send, args=("forward", events)),
-                   threading.Thread(target=send, args=("backward", events[::-1]))]
+        threads = [
+            threading.Thread(target=send, args=("forward", events)),
+            threading.Thread(target=send, args=("backward", events[::-1])),
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:

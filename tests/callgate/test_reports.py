@@ -1,4 +1,5 @@
 """Report selectors, pages (permissions, CSV, drill-down links) and the reports API."""
+
 from __future__ import annotations
 
 import csv
@@ -21,41 +22,75 @@ UTC = dt_timezone.utc
 T0 = datetime(2026, 3, 2, 0, tzinfo=UTC)  # a Monday
 
 
-def seed_calls(project, agents, contracts, *, seed=7, n=400, start=T0, hours=24 * 7) -> list[ToolCall]:
+def seed_calls(
+    project, agents, contracts, *, seed=7, n=400, start=T0, hours=24 * 7
+) -> list[ToolCall]:
     """Random mixed calls over ``hours`` from ``start``; contracts: {tool: ToolContract}."""
     rng = random.Random(seed)
     tools = list(contracts) + ["lookup_order"]
-    weights = {Reason.OK: 40, Reason.EMPTY_RESULT: 6, Reason.MISSING_REQUIRED: 5, Reason.TYPE_MISMATCH: 4,
-               Reason.UNKNOWN_TOOL: 3, Reason.UNKNOWN_ARGUMENT: 3, Reason.RATE_LIMITED: 4, Reason.READ_FAILURE: 3,
-               Reason.OUTCOME_UNKNOWN: 3, Reason.RECONCILED_APPLIED: 3, Reason.RETRY_EXHAUSTED: 2,
-               Reason.DUPLICATE_SUPPRESSED: 2, Reason.APPROVAL_PENDING: 1, Reason.PERMISSION_DENIED: 2,
-               Reason.TOOL_ERROR: 2, Reason.CONFLICT: 1}
+    weights = {
+        Reason.OK: 40,
+        Reason.EMPTY_RESULT: 6,
+        Reason.MISSING_REQUIRED: 5,
+        Reason.TYPE_MISMATCH: 4,
+        Reason.UNKNOWN_TOOL: 3,
+        Reason.UNKNOWN_ARGUMENT: 3,
+        Reason.RATE_LIMITED: 4,
+        Reason.READ_FAILURE: 3,
+        Reason.OUTCOME_UNKNOWN: 3,
+        Reason.RECONCILED_APPLIED: 3,
+        Reason.RETRY_EXHAUSTED: 2,
+        Reason.DUPLICATE_SUPPRESSED: 2,
+        Reason.APPROVAL_PENDING: 1,
+        Reason.PERMISSION_DENIED: 2,
+        Reason.TOOL_ERROR: 2,
+        Reason.CONFLICT: 1,
+    }
     population, w = zip(*weights.items())
     calls = []
     for _ in range(n):
         reason = rng.choices(population, w)[0]
         tool = rng.choice(tools)
-        attempts = {Reason.RETRY_EXHAUSTED: 3, Reason.RATE_LIMITED: 1}.get(reason, rng.choice([1, 1, 1, 2, 3]))
+        attempts = {Reason.RETRY_EXHAUSTED: 3, Reason.RATE_LIMITED: 1}.get(
+            reason, rng.choice([1, 1, 1, 2, 3])
+        )
         state = ToolCall.State.SUCCEEDED
         if reason in (Reason.OUTCOME_UNKNOWN, Reason.RETRY_EXHAUSTED, Reason.CONFLICT):
             state = ToolCall.State.IN_REVIEW
         elif reason == Reason.RATE_LIMITED:
             state = ToolCall.State.RETRY_WAIT
-        calls.append(make_call(
-            project=project, agent=rng.choice(agents), tool=tool, reason=reason, attempts=attempts,
-            duplicates=rng.choice([0, 0, 0, 0, 1, 2]) if tool == "create_follow_up" else 0, state=state,
-            created_at=start + timedelta(minutes=rng.randrange(hours * 60)),
-            contract=contracts.get(tool),
-        ))
+        calls.append(
+            make_call(
+                project=project,
+                agent=rng.choice(agents),
+                tool=tool,
+                reason=reason,
+                attempts=attempts,
+                duplicates=rng.choice([0, 0, 0, 0, 1, 2]) if tool == "create_follow_up" else 0,
+                state=state,
+                created_at=start + timedelta(minutes=rng.randrange(hours * 60)),
+                contract=contracts.get(tool),
+            )
+        )
     return calls
 
 
 def make_contracts(project) -> dict[str, ToolContract]:
     out = {}
-    for name, version, score in (("get_weather", 2, 92), ("create_follow_up", 3, 71), ("issue_refund", 1, 55)):
-        out[name] = ToolContract.objects.create(project=project, name=name, version=version, parameters={},
-                                                digest=uuid.uuid4().hex, lint_score=score,
-                                                lint_findings=[{"path": "/", "message": "x"}] * ((100 - score) // 20))
+    for name, version, score in (
+        ("get_weather", 2, 92),
+        ("create_follow_up", 3, 71),
+        ("issue_refund", 1, 55),
+    ):
+        out[name] = ToolContract.objects.create(
+            project=project,
+            name=name,
+            version=version,
+            parameters={},
+            digest=uuid.uuid4().hex,
+            lint_score=score,
+            lint_findings=[{"path": "/", "message": "x"}] * ((100 - score) // 20),
+        )
     return out
 
 
@@ -67,7 +102,9 @@ class ReportFixture(BaseTestCase):
         cls.contracts = make_contracts(cls.project)
         cls.calls = seed_calls(cls.project, [cls.agent, cls.agent2], cls.contracts)
         # the previous week, fewer calls, and another project's calls in the same hours
-        seed_calls(cls.project, [cls.agent], cls.contracts, seed=8, n=120, start=T0 - timedelta(days=7))
+        seed_calls(
+            cls.project, [cls.agent], cls.contracts, seed=8, n=120, start=T0 - timedelta(days=7)
+        )
         seed_calls(cls.other_project, [cls.other_agent], {}, seed=9, n=80)
         rollups_rebuild()
 
@@ -77,14 +114,22 @@ class ReportFixture(BaseTestCase):
         return reports.report_filters_parse(base, project=self.project)
 
     def direct(self, **filters):
-        qs = ToolCall.objects.filter(project=self.project, created_at__gte=T0, created_at__lt=T0 + timedelta(days=7))
+        qs = ToolCall.objects.filter(
+            project=self.project, created_at__gte=T0, created_at__lt=T0 + timedelta(days=7)
+        )
         return qs.filter(**filters)
 
 
 class ReportSelectorsTests(ReportFixture):
     def test_it_parses_filters_to_whole_hours(self):
-        f = reports.report_filters_parse({"since": "2026-03-02T10:30:00+01:00", "until": "2026-03-02T12:10Z",
-                                          "granularity": "hour"}, project=self.project)
+        f = reports.report_filters_parse(
+            {
+                "since": "2026-03-02T10:30:00+01:00",
+                "until": "2026-03-02T12:10Z",
+                "granularity": "hour",
+            },
+            project=self.project,
+        )
         assert f.since == datetime(2026, 3, 2, 9, tzinfo=UTC)
         assert f.until == datetime(2026, 3, 2, 13, tzinfo=UTC)
         f = self.filters()
@@ -116,36 +161,78 @@ class ReportSelectorsTests(ReportFixture):
             for i, period in enumerate(data["periods"]):
                 since = datetime.fromisoformat(period["since"].replace("Z", "+00:00"))
                 until = datetime.fromisoformat(period["until"].replace("Z", "+00:00"))
-                assert series["counts"][i] == ToolCall.objects.filter(
-                    project=self.project, category=series["category"], created_at__gte=since, created_at__lt=until
-                ).count()
+                assert (
+                    series["counts"][i]
+                    == ToolCall.objects.filter(
+                        project=self.project,
+                        category=series["category"],
+                        created_at__gte=since,
+                        created_at__lt=until,
+                    ).count()
+                )
         assert data["total"] == self.direct().count()
 
     def test_it_buckets_by_week_starting_monday_and_clips_partial_weeks(self):
         f = self.filters(since="2026-02-25", until="2026-03-10", granularity="week")
         data = reports.report_categories(project=self.project, f=f)
-        assert [p["since"] for p in data["periods"]] == ["2026-02-25T00:00:00Z", "2026-03-02T00:00:00Z", "2026-03-09T00:00:00Z"]
-        total = ToolCall.objects.filter(project=self.project, created_at__gte=f.since, created_at__lt=f.until).count()
+        assert [p["since"] for p in data["periods"]] == [
+            "2026-02-25T00:00:00Z",
+            "2026-03-02T00:00:00Z",
+            "2026-03-09T00:00:00Z",
+        ]
+        total = ToolCall.objects.filter(
+            project=self.project, created_at__gte=f.since, created_at__lt=f.until
+        ).count()
         assert data["total"] == total
 
     def test_it_compares_reasons_with_the_previous_period(self):
-        f = reports.report_filters_parse({"since": "2026-03-02", "until": "2026-03-08"}, project=self.project)
+        f = reports.report_filters_parse(
+            {"since": "2026-03-02", "until": "2026-03-08"}, project=self.project
+        )
         data = reports.report_reasons(project=self.project, f=f)
         prev_since, prev_until = f.previous
         for row in data["rows"]:
-            now_n = ToolCall.objects.filter(project=self.project, reason=row["reason"], created_at__gte=f.since, created_at__lt=f.until).count()
-            prev_n = ToolCall.objects.filter(project=self.project, reason=row["reason"], created_at__gte=prev_since, created_at__lt=prev_until).count()
-            assert (row["calls"], row["previous_calls"], row["change"]) == (now_n, prev_n, now_n - prev_n)
+            now_n = ToolCall.objects.filter(
+                project=self.project,
+                reason=row["reason"],
+                created_at__gte=f.since,
+                created_at__lt=f.until,
+            ).count()
+            prev_n = ToolCall.objects.filter(
+                project=self.project,
+                reason=row["reason"],
+                created_at__gte=prev_since,
+                created_at__lt=prev_until,
+            ).count()
+            assert (row["calls"], row["previous_calls"], row["change"]) == (
+                now_n,
+                prev_n,
+                now_n - prev_n,
+            )
         assert abs(sum(r["share"] or 0 for r in data["rows"]) - 1) < 0.01
 
     def test_it_filters_by_tool_and_agent(self):
-        f = reports.report_filters_parse({"since": "2026-03-02", "until": "2026-03-08", "tool": "get_weather",
-                                          "agent": str(self.agent2.pk)}, project=self.project)
+        f = reports.report_filters_parse(
+            {
+                "since": "2026-03-02",
+                "until": "2026-03-08",
+                "tool": "get_weather",
+                "agent": str(self.agent2.pk),
+            },
+            project=self.project,
+        )
         data = reports.report_tools(project=self.project, f=f)
         assert [r["tool"] for r in data["rows"]] == ["get_weather"]
-        assert data["rows"][0]["calls"] == ToolCall.objects.filter(
-            project=self.project, tool_name="get_weather", agent=self.agent2, created_at__gte=f.since, created_at__lt=f.until
-        ).count()
+        assert (
+            data["rows"][0]["calls"]
+            == ToolCall.objects.filter(
+                project=self.project,
+                tool_name="get_weather",
+                agent=self.agent2,
+                created_at__gte=f.since,
+                created_at__lt=f.until,
+            ).count()
+        )
         agents = reports.report_agents(project=self.project, f=f)
         assert [r["agent"] for r in agents["rows"]] == ["travel-bot"]
 
@@ -153,7 +240,9 @@ class ReportSelectorsTests(ReportFixture):
         f = self.filters(until="2026-03-09")
         routes = reports.report_routes(project=self.project, f=f)
         assert routes["total"] == self.direct().count()
-        assert {r["route"]: r["calls"] for r in routes["rows"]}["proceed"] == self.direct(route="proceed").count()
+        assert {r["route"]: r["calls"] for r in routes["rows"]}["proceed"] == self.direct(
+            route="proceed"
+        ).count()
         dups = reports.report_duplicates(project=self.project, f=f)
         assert dups["total"] == sum(c.duplicates_suppressed for c in self.direct())
         assert dups["calls_with_reason"] == self.direct(reason="duplicate_suppressed").count()
@@ -166,23 +255,42 @@ class ReportSelectorsTests(ReportFixture):
     def test_it_reports_retries_and_unknown_outcomes(self):
         f = self.filters(until="2026-03-09")
         data = reports.report_retries(project=self.project, f=f)
-        needed = self.direct().filter(attempts__gte=2) | self.direct(category="transient") | self.direct(reason="retry_exhausted")
+        needed = (
+            self.direct().filter(attempts__gte=2)
+            | self.direct(category="transient")
+            | self.direct(reason="retry_exhausted")
+        )
         assert data["total"] == needed.distinct().count()
         assert data["exhausted"] == self.direct(reason="retry_exhausted").count()
         assert sum(a["calls"] for a in data["attempts"]) == data["total"]
 
         call = self.direct(reason="outcome_unknown").first()
-        ToolCall.objects.filter(pk=call.pk).update(decided_at=T0 + timedelta(days=1), decision="mark_failed",
-                                                   state=ToolCall.State.FAILED)
+        ToolCall.objects.filter(pk=call.pk).update(
+            decided_at=T0 + timedelta(days=1), decision="mark_failed", state=ToolCall.State.FAILED
+        )
         settled = self.direct(reason="ok").first()  # once unknown, settled by a later receipt
-        CallEvent.objects.create(project=self.project, call=settled, kind="attempt", body={}, occurred_at=T0,
-                                 category="unknown_outcome", reason="outcome_unknown")
+        CallEvent.objects.create(
+            project=self.project,
+            call=settled,
+            kind="attempt",
+            body={},
+            occurred_at=T0,
+            category="unknown_outcome",
+            reason="outcome_unknown",
+        )
         unknown = reports.report_unknown_outcomes(project=self.project, f=f)
-        open_n = self.direct(category="unknown_outcome", state__in=reports.OPEN_STATES, decided_at__isnull=True).count()
-        open_n += self.direct(category="reconciliation", state__in=reports.OPEN_STATES, decided_at__isnull=True).count()
+        open_n = self.direct(
+            category="unknown_outcome", state__in=reports.OPEN_STATES, decided_at__isnull=True
+        ).count()
+        open_n += self.direct(
+            category="reconciliation", state__in=reports.OPEN_STATES, decided_at__isnull=True
+        ).count()
         assert unknown["by_human"] == 1
         assert unknown["open"] == open_n
-        assert unknown["total"] == self.direct(category__in=["unknown_outcome", "reconciliation"]).count() + 1
+        assert (
+            unknown["total"]
+            == self.direct(category__in=["unknown_outcome", "reconciliation"]).count() + 1
+        )
 
     def test_it_reports_review_health(self):
         try:
@@ -192,16 +300,30 @@ class ReportSelectorsTests(ReportFixture):
         calls = list(self.direct(reason="outcome_unknown")[:4])
         now = T0 + timedelta(days=3)
         for i, call in enumerate(calls):
-            ReviewItem.objects.create(project=self.project, call=call, reason=call.reason, status="resolved",
-                                      resolution="mark_applied" if i % 2 else "reject",
-                                      created_at=now - timedelta(hours=i + 1), resolved_at=now)
-        ReviewItem.objects.create(project=self.project, call=self.calls[0], reason="ok", created_at=now - timedelta(minutes=30))
+            ReviewItem.objects.create(
+                project=self.project,
+                call=call,
+                reason=call.reason,
+                status="resolved",
+                resolution="mark_applied" if i % 2 else "reject",
+                created_at=now - timedelta(hours=i + 1),
+                resolved_at=now,
+            )
+        ReviewItem.objects.create(
+            project=self.project,
+            call=self.calls[0],
+            reason="ok",
+            created_at=now - timedelta(minutes=30),
+        )
         data = reports.report_review(project=self.project, f=self.filters(), now=now)
         assert data["available"] and data["open_total"] == 1
         assert {b["bucket"]: b["items"] for b in data["open_by_age"]}["15m_1h"] == 1
         assert data["decided"] == 4
         assert data["median_seconds"] == 2 * 3600 and data["p90_seconds"] == 4 * 3600
-        assert {d["resolution"]: d["items"] for d in data["decisions"]} == {"mark_applied": 2, "reject": 2}
+        assert {d["resolution"]: d["items"] for d in data["decisions"]} == {
+            "mark_applied": 2,
+            "reject": 2,
+        }
 
 
 class ReportPagesTests(ReportFixture):
@@ -243,7 +365,11 @@ class ReportPagesTests(ReportFixture):
 
     def test_it_exports_each_table_as_csv_with_the_page_numbers(self):
         self.client.force_login(self.maria)
-        response = self.client.get(self.url("reasons/", since="2026-03-02", until="2026-03-08", format="csv", table="reasons"))
+        response = self.client.get(
+            self.url(
+                "reasons/", since="2026-03-02", until="2026-03-08", format="csv", table="reasons"
+            )
+        )
         assert response.status_code == 200
         assert response["Content-Type"].startswith("text/csv")
         assert "attachment" in response["Content-Disposition"]
@@ -251,22 +377,44 @@ class ReportPagesTests(ReportFixture):
         assert rows[0][:3] == ["Reason", "Category", "Calls"]
         by_reason = {r[0]: int(r[2]) for r in rows[1:-1]}
         f = self.filters()
-        assert by_reason["ok"] == ToolCall.objects.filter(project=self.project, reason="ok", created_at__gte=f.since, created_at__lt=f.until).count()
+        assert (
+            by_reason["ok"]
+            == ToolCall.objects.filter(
+                project=self.project, reason="ok", created_at__gte=f.since, created_at__lt=f.until
+            ).count()
+        )
         assert rows[-1][0] == "Total"
-        for page, name in [("", "categories"), ("", "routes"), ("tools/", "tools"), ("tools/", "contracts"),
-                           ("agents/", "agents"), ("reliability/", "retries"), ("reliability/", "attempts"),
-                           ("reliability/", "unknown_outcomes"), ("reliability/", "duplicates")]:
-            response = self.client.get(self.url(page, format="csv", table=name, since="2026-03-02", until="2026-03-08"))
+        for page, name in [
+            ("", "categories"),
+            ("", "routes"),
+            ("tools/", "tools"),
+            ("tools/", "contracts"),
+            ("agents/", "agents"),
+            ("reliability/", "retries"),
+            ("reliability/", "attempts"),
+            ("reliability/", "unknown_outcomes"),
+            ("reliability/", "duplicates"),
+        ]:
+            response = self.client.get(
+                self.url(page, format="csv", table=name, since="2026-03-02", until="2026-03-08")
+            )
             assert response.status_code == 200, (page, name)
         assert self.client.get(self.url(format="csv", table="nope")).status_code == 404
 
     def test_it_links_counts_to_exactly_those_calls(self):
         self.client.force_login(self.maria)
-        response = self.client.get(self.url(since="2026-03-02", until="2026-03-08", tool="get_weather", agent=self.agent.pk))
+        response = self.client.get(
+            self.url(
+                since="2026-03-02", until="2026-03-08", tool="get_weather", agent=self.agent.pk
+            )
+        )
         content = response.content.decode()
         assert "/p/acme/calls/?" in content
         link = next(
-            c for card in response.context["cards"] for row in card["table"]["rows"] for c in row
+            c
+            for card in response.context["cards"]
+            for row in card["table"]["rows"]
+            for c in row
             if c.get("href") and "category=argument_error" in c["href"]
         )
         q = {k: v[0] for k, v in parse_qs(urlparse(link["href"]).query).items()}
@@ -274,14 +422,23 @@ class ReportPagesTests(ReportFixture):
         since = datetime.fromisoformat(q["since"].replace("Z", "+00:00"))
         until = datetime.fromisoformat(q["until"].replace("Z", "+00:00"))
         assert until - since == timedelta(days=1)
-        assert int(link["text"].replace(",", "")) == ToolCall.objects.filter(
-            project=self.project, tool_name="get_weather", agent=self.agent, category="argument_error",
-            created_at__gte=since, created_at__lt=until,
-        ).count()
+        assert (
+            int(link["text"].replace(",", ""))
+            == ToolCall.objects.filter(
+                project=self.project,
+                tool_name="get_weather",
+                agent=self.agent,
+                category="argument_error",
+                created_at__gte=since,
+                created_at__lt=until,
+            ).count()
+        )
 
     def test_it_keeps_filters_in_the_subnavigation_and_csv_links(self):
         self.client.force_login(self.maria)
-        response = self.client.get(self.url(since="2026-03-02", until="2026-03-08", tool="get_weather"))
+        response = self.client.get(
+            self.url(since="2026-03-02", until="2026-03-08", tool="get_weather")
+        )
         sections = response.context["sections"]
         assert all("tool=get_weather" in s["url"] for s in sections)
         assert "tool=get_weather" in response.context["cards"][0]["table"]["csv"]
@@ -295,15 +452,39 @@ class ReportPagesTests(ReportFixture):
 
 class ReportApiTests(ReportFixture):
     def test_it_serves_every_report_as_json_for_the_keys_project(self):
-        for name in ["categories", "reasons", "tools", "agents", "routes", "duplicates", "retries",
-                     "unknown-outcomes", "contracts", "review"]:
-            response = self.api().get(f"/api/v1/reports/{name}", {"since": "2026-03-02", "until": "2026-03-08"})
+        for name in [
+            "categories",
+            "reasons",
+            "tools",
+            "agents",
+            "routes",
+            "duplicates",
+            "retries",
+            "unknown-outcomes",
+            "contracts",
+            "review",
+        ]:
+            response = self.api().get(
+                f"/api/v1/reports/{name}", {"since": "2026-03-02", "until": "2026-03-08"}
+            )
             assert response.status_code == 200, (name, response.content)
             assert response.json()["filters"]["since"] == "2026-03-02T00:00:00Z"
-        body = self.api().get("/api/v1/reports/categories", {"since": "2026-03-02", "until": "2026-03-08"}).json()
-        assert body["total"] == ToolCall.objects.filter(
-            project=self.project, created_at__gte=T0, created_at__lt=T0 + timedelta(days=7)).count()
-        other = self.api(self.other_key).get("/api/v1/reports/categories", {"since": "2026-03-02", "until": "2026-03-08"}).json()
+        body = (
+            self.api()
+            .get("/api/v1/reports/categories", {"since": "2026-03-02", "until": "2026-03-08"})
+            .json()
+        )
+        assert (
+            body["total"]
+            == ToolCall.objects.filter(
+                project=self.project, created_at__gte=T0, created_at__lt=T0 + timedelta(days=7)
+            ).count()
+        )
+        other = (
+            self.api(self.other_key)
+            .get("/api/v1/reports/categories", {"since": "2026-03-02", "until": "2026-03-08"})
+            .json()
+        )
         assert other["total"] == ToolCall.objects.filter(project=self.other_project).count()
 
     def test_it_answers_400_naming_the_field(self):
@@ -326,7 +507,13 @@ class ReportApiTests(ReportFixture):
 
         schema = SchemaGenerator().get_schema(request=None, public=True)
         op = schema["paths"]["/api/v1/reports/categories"]["get"]
-        assert {p["name"] for p in op["parameters"]} >= {"since", "until", "granularity", "tool", "agent"}
+        assert {p["name"] for p in op["parameters"]} >= {
+            "since",
+            "until",
+            "granularity",
+            "tool",
+            "agent",
+        }
         assert "200" in op["responses"] and "400" in op["responses"]
         assert "/api/v1/reports/unknown-outcomes" in schema["paths"]
 
@@ -345,8 +532,13 @@ class ReportFindingsTests(ReportFixture):
         ({"since": "9999-12-30", "until": "2026-03-02"}, "since"),
         ({"since": "1969-12-31T23:00:00Z"}, "since"),
     ]
-    NUL_VALUES = [({"tool": "\x00"}, "tool"), ({"agent": "1\x00"}, "agent"), ({"since": "2026-03-02\x00"}, "since"),
-                  ({"until": "\x00"}, "until"), ({"granularity": "day\x00"}, "granularity")]
+    NUL_VALUES = [
+        ({"tool": "\x00"}, "tool"),
+        ({"agent": "1\x00"}, "agent"),
+        ({"since": "2026-03-02\x00"}, "since"),
+        ({"until": "\x00"}, "until"),
+        ({"granularity": "day\x00"}, "granularity"),
+    ]
 
     def test_it_refuses_moments_outside_the_supported_years_naming_the_field(self):
         for params, field in self.BAD_MOMENTS + self.NUL_VALUES:
@@ -357,7 +549,9 @@ class ReportFindingsTests(ReportFixture):
             else:
                 raise AssertionError(f"no error for {params}")
         # the edges of the window still work
-        f = reports.report_filters_parse({"since": "1970-01-01", "until": "1970-01-03"}, project=self.project)
+        f = reports.report_filters_parse(
+            {"since": "1970-01-01", "until": "1970-01-03"}, project=self.project
+        )
         assert f.since == datetime(1970, 1, 1, tzinfo=UTC)
         f = reports.report_filters_parse({"until": "9000-06-01"}, project=self.project)
         assert f.until == datetime(9000, 6, 2, tzinfo=UTC)
@@ -376,9 +570,15 @@ class ReportFindingsTests(ReportFixture):
             for params, field in self.BAD_MOMENTS:
                 response = self.client.get(f"/p/acme/reports/{page}", params)
                 assert response.status_code == 400, (page, params, response.status_code)
-                assert f"Filter <strong>{field}</strong>" in response.content.decode(), (page, params)
+                assert f"Filter <strong>{field}</strong>" in response.content.decode(), (
+                    page,
+                    params,
+                )
             for params, _ in self.NUL_VALUES:
-                assert self.client.get(f"/p/acme/reports/{page}", params).status_code == 400, (page, params)
+                assert self.client.get(f"/p/acme/reports/{page}", params).status_code == 400, (
+                    page,
+                    params,
+                )
 
     def test_it_shows_a_dash_for_time_to_decision_without_human_decisions(self):
         try:
@@ -387,13 +587,22 @@ class ReportFindingsTests(ReportFixture):
             return
         now = T0 + timedelta(days=3)
         for status, call in zip(("settled", "expired"), self.direct(reason="outcome_unknown")[:2]):
-            ReviewItem.objects.create(project=self.project, call=call, reason=call.reason, status=status,
-                                      resolution=status, created_at=now, resolved_at=now)
+            ReviewItem.objects.create(
+                project=self.project,
+                call=call,
+                reason=call.reason,
+                status=status,
+                resolution=status,
+                created_at=now,
+                resolved_at=now,
+            )
         data = reports.report_review(project=self.project, f=self.filters(), now=now)
         assert data["decided"] == 2 and data["human_decided"] == 0
         assert data["median_seconds"] is None and data["p90_seconds"] is None
         self.client.force_login(self.maria)
-        response = self.client.get("/p/acme/reports/review/", {"since": "2026-03-02", "until": "2026-03-08"})
+        response = self.client.get(
+            "/p/acme/reports/review/", {"since": "2026-03-02", "until": "2026-03-08"}
+        )
         tiles = {t["label"]: t for t in response.context["cards"][0]["tiles"]}
         assert tiles["time to decision, median"]["value"] == "—"
         assert tiles["time to decision, p90"]["value"] == "—"
@@ -402,15 +611,21 @@ class ReportFindingsTests(ReportFixture):
 
     def test_it_says_one_call_not_one_calls(self):
         start = datetime(2025, 6, 2, 10, tzinfo=UTC)
-        make_call(project=self.project, agent=self.agent, created_at=start, reason=Reason.OK, attempts=2)
+        make_call(
+            project=self.project, agent=self.agent, created_at=start, reason=Reason.OK, attempts=2
+        )
         rollups_rebuild(project_id=self.project.pk)
         self.client.force_login(self.maria)
         for page in ("", "reliability/", "review/"):
-            response = self.client.get(f"/p/acme/reports/{page}", {"since": "2025-06-02", "until": "2025-06-02"})
+            response = self.client.get(
+                f"/p/acme/reports/{page}", {"since": "2025-06-02", "until": "2025-06-02"}
+            )
             assert response.status_code == 200
             content = response.content.decode()
             assert "1 calls" not in content, page
-        response = self.client.get("/p/acme/reports/reliability/", {"since": "2025-06-02", "until": "2025-06-02"})
+        response = self.client.get(
+            "/p/acme/reports/reliability/", {"since": "2025-06-02", "until": "2025-06-02"}
+        )
         tiles = {t["label"]: t for t in response.context["cards"][0]["tiles"]}
         assert tiles["call needed a retry"]["value"] == "1"
         assert tiles["succeeded later"]["note"] == "1 call"
@@ -432,7 +647,9 @@ class ReportFindingsTests(ReportFixture):
         for page in ("", "reasons/", "tools/", "agents/", "reliability/", "review/"):
             response = self.client.get(f"/p/acme/reports/{page}")
             content = response.content.decode()
-            assert f'data as of <time datetime="{reports.iso(moment)}">00:07 UTC</time>' in content, page
+            assert (
+                f'data as of <time datetime="{reports.iso(moment)}">00:07 UTC</time>' in content
+            ), page
         # a full rebuild counts as a refresh too
         rollups_rebuild()
         assert rollups.rollups_as_of() > moment

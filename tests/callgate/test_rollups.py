@@ -1,4 +1,5 @@
 """Rollups equal a direct count over the calls, after late changes and a refresh."""
+
 from __future__ import annotations
 
 import io
@@ -24,19 +25,43 @@ REASONS = [r for r in Reason]
 STATES = [s for s in ToolCall.State]
 
 
-def make_call(*, project, agent, created_at, tool="get_weather", reason=Reason.OK, attempts=1, duplicates=0,
-              state=ToolCall.State.SUCCEEDED, **extra) -> ToolCall:
+def make_call(
+    *,
+    project,
+    agent,
+    created_at,
+    tool="get_weather",
+    reason=Reason.OK,
+    attempts=1,
+    duplicates=0,
+    state=ToolCall.State.SUCCEEDED,
+    **extra,
+) -> ToolCall:
     category, route = TABLE[Reason(reason)] if reason else ("", "")
     return ToolCall.objects.create(
-        project=project, agent=agent, operation_id=str(uuid.uuid4()), tool_name=tool, state=state,
-        reason=reason, category=category, route=route, attempts=attempts, duplicates_suppressed=duplicates,
-        created_at=created_at, updated_at=extra.pop("updated_at", created_at), **extra,
+        project=project,
+        agent=agent,
+        operation_id=str(uuid.uuid4()),
+        tool_name=tool,
+        state=state,
+        reason=reason,
+        category=category,
+        route=route,
+        attempts=attempts,
+        duplicates_suppressed=duplicates,
+        created_at=created_at,
+        updated_at=extra.pop("updated_at", created_at),
+        **extra,
     )
 
 
 def rollup_counts(project) -> dict[tuple, tuple[int, int, int]]:
     return {
-        (r.bucket, r.tool_name, r.agent_id, r.reason, r.route): (r.calls, r.attempts, r.duplicates_suppressed)
+        (r.bucket, r.tool_name, r.agent_id, r.reason, r.route): (
+            r.calls,
+            r.attempts,
+            r.duplicates_suppressed,
+        )
         for r in CallRollup.objects.filter(project=project)
     }
 
@@ -46,11 +71,19 @@ def generate(rng: random.Random, *, project, agents, now, n=300) -> list[ToolCal
     calls = []
     for _ in range(n):
         reason = rng.choice(REASONS + [""])
-        calls.append(make_call(
-            project=project, agent=rng.choice(agents), tool=rng.choice(tools), reason=reason,
-            created_at=now - timedelta(minutes=rng.randrange(0, 60 * 30), seconds=rng.randrange(60)),
-            attempts=rng.randrange(0, 5), duplicates=rng.choice([0, 0, 0, 1, 2]), state=rng.choice(STATES),
-        ))
+        calls.append(
+            make_call(
+                project=project,
+                agent=rng.choice(agents),
+                tool=rng.choice(tools),
+                reason=reason,
+                created_at=now
+                - timedelta(minutes=rng.randrange(0, 60 * 30), seconds=rng.randrange(60)),
+                attempts=rng.randrange(0, 5),
+                duplicates=rng.choice([0, 0, 0, 1, 2]),
+                state=rng.choice(STATES),
+            )
+        )
     return calls
 
 
@@ -66,11 +99,24 @@ class RollupsTests(BaseTestCase):
             ToolCall.objects.all().delete()
             CallRollup.objects.all().delete()
             cache.delete(rollups.WATERMARK_KEY)
-            calls = generate(rng, project=self.project, agents=[self.agent, self.agent2], now=now - timedelta(minutes=5))
-            generate(rng, project=self.other_project, agents=[self.other_agent], now=now - timedelta(minutes=5), n=40)
+            calls = generate(
+                rng,
+                project=self.project,
+                agents=[self.agent, self.agent2],
+                now=now - timedelta(minutes=5),
+            )
+            generate(
+                rng,
+                project=self.other_project,
+                agents=[self.other_agent],
+                now=now - timedelta(minutes=5),
+                n=40,
+            )
             rollups.rollups_rebuild()
             since, until = now - timedelta(days=3), now + timedelta(hours=1)
-            assert rollup_counts(self.project) == direct_counts(project=self.project, since=since, until=until)
+            assert rollup_counts(self.project) == direct_counts(
+                project=self.project, since=since, until=until
+            )
 
             # late changes: a new reason, more attempts, a suppressed duplicate, some new calls
             changed_at = now + timedelta(seconds=1)
@@ -78,31 +124,52 @@ class RollupsTests(BaseTestCase):
                 reason = rng.choice(REASONS)
                 category, route = TABLE[reason]
                 ToolCall.objects.filter(pk=call.pk).update(
-                    reason=reason, category=category, route=route, attempts=call.attempts + rng.randrange(3),
-                    duplicates_suppressed=call.duplicates_suppressed + rng.choice([0, 1]), updated_at=changed_at,
+                    reason=reason,
+                    category=category,
+                    route=route,
+                    attempts=call.attempts + rng.randrange(3),
+                    duplicates_suppressed=call.duplicates_suppressed + rng.choice([0, 1]),
+                    updated_at=changed_at,
                 )
-            make_call(project=self.project, agent=self.agent, created_at=changed_at, updated_at=changed_at)
-            assert rollup_counts(self.project) != direct_counts(project=self.project, since=since, until=until)
+            make_call(
+                project=self.project, agent=self.agent, created_at=changed_at, updated_at=changed_at
+            )
+            assert rollup_counts(self.project) != direct_counts(
+                project=self.project, since=since, until=until
+            )
 
             cache.set(rollups.WATERMARK_KEY, now)
             result = rollups.rollups_refresh_changed(now=now + timedelta(minutes=1))
             assert result["buckets"] > 0
-            assert rollup_counts(self.project) == direct_counts(project=self.project, since=since, until=until)
+            assert rollup_counts(self.project) == direct_counts(
+                project=self.project, since=since, until=until
+            )
             assert rollup_counts(self.other_project) == direct_counts(
                 project=self.other_project, since=since, until=until
             )
 
     def test_it_moves_calls_between_cells_when_the_reason_changes(self):
         hour = rollups.hour_floor(timezone.now()) - timedelta(hours=3)
-        call = make_call(project=self.project, agent=self.agent, created_at=hour + timedelta(minutes=5),
-                         reason=Reason.OUTCOME_UNKNOWN, attempts=1)
+        call = make_call(
+            project=self.project,
+            agent=self.agent,
+            created_at=hour + timedelta(minutes=5),
+            reason=Reason.OUTCOME_UNKNOWN,
+            attempts=1,
+        )
         rollups.rollup_bucket_refresh(project_id=self.project.pk, bucket=hour)
         assert list(CallRollup.objects.values_list("reason", "calls")) == [("outcome_unknown", 1)]
 
-        ToolCall.objects.filter(pk=call.pk).update(reason="reconciled_applied", category="reconciliation",
-                                                   route="return_receipt", updated_at=timezone.now())
+        ToolCall.objects.filter(pk=call.pk).update(
+            reason="reconciled_applied",
+            category="reconciliation",
+            route="return_receipt",
+            updated_at=timezone.now(),
+        )
         rollups.rollups_refresh_changed()
-        rows = list(CallRollup.objects.values_list("bucket", "reason", "category", "route", "calls"))
+        rows = list(
+            CallRollup.objects.values_list("bucket", "reason", "category", "route", "calls")
+        )
         assert rows == [(hour, "reconciled_applied", "reconciliation", "return_receipt", 1)]
 
     def test_it_skips_buckets_nothing_changed_in(self):
@@ -117,9 +184,9 @@ class RollupsTests(BaseTestCase):
         make_call(project=self.project, agent=self.agent, created_at=hour, attempts=2, duplicates=1)
         rollups.rollup_bucket_refresh(project_id=self.project.pk, bucket=hour)
         rollups.rollup_bucket_refresh(project_id=self.project.pk, bucket=hour)
-        assert CallRollup.objects.aggregate(c=Sum("calls"), a=Sum("attempts"), d=Sum("duplicates_suppressed")) == {
-            "c": 1, "a": 2, "d": 1
-        }
+        assert CallRollup.objects.aggregate(
+            c=Sum("calls"), a=Sum("attempts"), d=Sum("duplicates_suppressed")
+        ) == {"c": 1, "a": 2, "d": 1}
 
     def test_it_runs_as_a_celery_task(self):
         make_call(project=self.project, agent=self.agent, created_at=timezone.now())
@@ -129,7 +196,11 @@ class RollupsTests(BaseTestCase):
     def test_it_is_scheduled_every_minute(self):
         from django.conf import settings
 
-        entries = [e for e in settings.CELERY_BEAT_SCHEDULE.values() if e["task"] == "callgate.rollups.refresh_rollups"]
+        entries = [
+            e
+            for e in settings.CELERY_BEAT_SCHEDULE.values()
+            if e["task"] == "callgate.rollups.refresh_rollups"
+        ]
         assert len(entries) == 1 and entries[0]["schedule"] == 60.0
 
     def test_it_backfills_with_progress_and_drops_emptied_buckets(self):
@@ -137,16 +208,25 @@ class RollupsTests(BaseTestCase):
         for i in range(3):
             make_call(project=self.project, agent=self.agent, created_at=base + timedelta(hours=i))
         make_call(project=self.other_project, agent=self.other_agent, created_at=base)
-        stale = CallRollup.objects.create(project=self.project, bucket=base + timedelta(hours=7), agent=self.agent,
-                                          reason="ok", category="ok", route="proceed", calls=9)
+        stale = CallRollup.objects.create(
+            project=self.project,
+            bucket=base + timedelta(hours=7),
+            agent=self.agent,
+            reason="ok",
+            category="ok",
+            route="proceed",
+            calls=9,
+        )
         out = io.StringIO()
-        call_command("backfill_rollups", "--project", "acme", "--since", "2026-01-05T11:00:00Z", stdout=out)
+        call_command(
+            "backfill_rollups", "--project", "acme", "--since", "2026-01-05T11:00:00Z", stdout=out
+        )
         text = out.getvalue()
         assert "3/3" in text and "done" in text.lower()
         assert not CallRollup.objects.filter(pk=stale.pk).exists()
-        assert sorted(CallRollup.objects.filter(project=self.project).values_list("bucket", flat=True)) == [
-            base + timedelta(hours=1), base + timedelta(hours=2)
-        ]
+        assert sorted(
+            CallRollup.objects.filter(project=self.project).values_list("bucket", flat=True)
+        ) == [base + timedelta(hours=1), base + timedelta(hours=2)]
         assert not CallRollup.objects.filter(project=self.other_project).exists()
 
     def test_it_rejects_an_unknown_project_in_the_backfill(self):
@@ -172,8 +252,13 @@ class RollupsConcurrencyTests(TransactionTestCase):
         agent = Agent.objects.create(project=project, name="bot")
         hour = rollups.hour_floor(timezone.now())
         for i in range(30):
-            make_call(project=project, agent=agent, created_at=hour + timedelta(seconds=i), tool=f"t{i % 5}",
-                      reason=REASONS[i % 7])
+            make_call(
+                project=project,
+                agent=agent,
+                created_at=hour + timedelta(seconds=i),
+                tool=f"t{i % 5}",
+                reason=REASONS[i % 7],
+            )
         errors: list[BaseException] = []
         barrier = threading.Barrier(6)
 
@@ -193,4 +278,6 @@ class RollupsConcurrencyTests(TransactionTestCase):
         for t in threads:
             t.join()
         assert errors == []
-        assert rollup_counts(project) == direct_counts(project=project, since=hour, until=hour + timedelta(hours=1))
+        assert rollup_counts(project) == direct_counts(
+            project=project, since=hour, until=hour + timedelta(hours=1)
+        )

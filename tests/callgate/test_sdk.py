@@ -4,6 +4,7 @@ These tests pin the SDK's protocol behaviour (what it sends, how it follows each
 backoff, the breaker, the on-disk buffer) with no database; the end-to-end tests in
 ``test_e2e.py`` run the SDK against the real in-process callgate and simulator.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,9 +40,20 @@ OP = "op-1"
 
 
 def answer(verdict: str, state: str = "allowed", **fields) -> dict:
-    base = {"operation_id": OP, "verdict": verdict, "state": state, "reason": None, "category": None,
-            "route": None, "observation": "", "receipt": None, "attempts": 0, "max_attempts": 3,
-            "retry_after": None, "decision": None}
+    base = {
+        "operation_id": OP,
+        "verdict": verdict,
+        "state": state,
+        "reason": None,
+        "category": None,
+        "route": None,
+        "observation": "",
+        "receipt": None,
+        "attempts": 0,
+        "max_attempts": 3,
+        "retry_after": None,
+        "decision": None,
+    }
     return {**base, **fields}
 
 
@@ -52,7 +64,9 @@ class FakeCallgate:
         self.down = False
         self.gate: deque[dict] = deque()
         self.event_answers: deque[dict] = deque()  # answers for accepted attempts, in order
-        self.applied: dict[str, dict] = {}  # event_id -> its answer, read by GET /api/v1/events/{id}
+        self.applied: dict[
+            str, dict
+        ] = {}  # event_id -> its answer, read by GET /api/v1/events/{id}
         self.pending_reads = 0  # GET /api/v1/events/{id} answers "pending" this many times first
         self.polls: deque[dict] = deque()
         self.requests: list[tuple[str, str, object]] = []
@@ -74,8 +88,15 @@ class FakeCallgate:
         self.requests.append((request.method, request.url.path, body))
         path = request.url.path
         if request.method == "PUT" and path.startswith("/api/v1/tools/"):
-            return httpx.Response(201, json={"name": path.rsplit("/", 1)[1], "version": 1, "created": True,
-                                             "lint": {"score": 90, "findings": [{"path": "$.x", "message": "m"}]}})
+            return httpx.Response(
+                201,
+                json={
+                    "name": path.rsplit("/", 1)[1],
+                    "version": 1,
+                    "created": True,
+                    "lint": {"score": 90, "findings": [{"path": "$.x", "message": "m"}]},
+                },
+            )
         if request.method == "POST" and path == "/api/v1/calls":
             return httpx.Response(200, json=self.gate.popleft())
         if request.method == "GET" and path.startswith("/api/v1/calls/"):
@@ -86,24 +107,48 @@ class FakeCallgate:
                 return httpx.Response(404, json={"error": "Not found.", "errors": []})
             if self.pending_reads or event_id not in self.applied:
                 self.pending_reads = max(0, self.pending_reads - 1)
-                return httpx.Response(200, json={"event_id": event_id, "status": "pending", "kind": "attempt",
-                                                 "errors": [], "answer": None})
-            return httpx.Response(200, json={"event_id": event_id, "status": "applied", "kind": "attempt",
-                                             "errors": [], "answer": self.applied[event_id]})
+                return httpx.Response(
+                    200,
+                    json={
+                        "event_id": event_id,
+                        "status": "pending",
+                        "kind": "attempt",
+                        "errors": [],
+                        "answer": None,
+                    },
+                )
+            return httpx.Response(
+                200,
+                json={
+                    "event_id": event_id,
+                    "status": "applied",
+                    "kind": "attempt",
+                    "errors": [],
+                    "answer": self.applied[event_id],
+                },
+            )
         if request.method == "POST" and path == "/api/v1/events":
             self.event_posts += 1
             results, partial = [], False
             for index, event in enumerate(body if isinstance(body, list) else [body]):
                 if event["event_id"] in self.reject_ids:
                     partial = True
-                    results.append({"index": index, "event_id": event["event_id"], "status": "rejected",
-                                    "errors": [{"loc": "type", "msg": "bad"}]})
+                    results.append(
+                        {
+                            "index": index,
+                            "event_id": event["event_id"],
+                            "status": "rejected",
+                            "errors": [{"loc": "type", "msg": "bad"}],
+                        }
+                    )
                     continue
                 status = "duplicate" if event["event_id"] in self.events else "accepted"
                 self.events.setdefault(event["event_id"], event)
                 if event["type"] == "attempt" and self.event_answers and status == "accepted":
                     self.applied[event["event_id"]] = self.event_answers.popleft()
-                results.append({"index": index, "event_id": event["event_id"], "status": status, "errors": []})
+                results.append(
+                    {"index": index, "event_id": event["event_id"], "status": status, "errors": []}
+                )
             return httpx.Response(207 if partial else 200, json={"results": results})
         return httpx.Response(404, json={"error": "no route"})
 
@@ -111,8 +156,11 @@ class FakeCallgate:
         return [e for e in self.events.values() if e["type"] == "attempt"]
 
 
-OPENAI_CALL = {"id": "call_1", "type": "function",
-               "function": {"name": "create_follow_up", "arguments": json.dumps({"ticket_id": "T-1"})}}
+OPENAI_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "create_follow_up", "arguments": json.dumps({"ticket_id": "T-1"})},
+}
 
 
 class Recorder:
@@ -142,9 +190,15 @@ class SdkTestCase(SimpleTestCase):
 
 def make_client(fake: FakeCallgate, buffer_dir: Path | None = None, **kwargs) -> CallgateClient:
     sleeps = kwargs.pop("sleeps", None)
-    defaults = dict(transport=fake.transport(), flush_interval=None, execute_timeout=None,
-                    buffer_dir=buffer_dir, rand=lambda a, b: b, answer_timeout=0,
-                    sleep=(sleeps.append if sleeps is not None else (lambda s: None)))
+    defaults = dict(
+        transport=fake.transport(),
+        flush_interval=None,
+        execute_timeout=None,
+        buffer_dir=buffer_dir,
+        rand=lambda a, b: b,
+        answer_timeout=0,
+        sleep=(sleeps.append if sleeps is not None else (lambda s: None)),
+    )
     defaults.update(kwargs)
     return CallgateClient("http://callgate.test", KEY, **defaults)
 
@@ -163,19 +217,40 @@ class BackoffTests(SdkTestCase):
     def test_it_draws_within_the_cap(self):
         policy = RetryPolicy(initial_interval=0.5, backoff_coefficient=3, maximum_interval=10)
         for n in range(6):
-            assert 0 <= backoff_delay(n, policy) <= min(10, 0.5 * 3 ** n)
+            assert 0 <= backoff_delay(n, policy) <= min(10, 0.5 * 3**n)
 
 
 class ParseCallTests(SdkTestCase):
     CASES = [
         ("openai", OPENAI_CALL),
-        ("openai_responses", {"type": "function_call", "call_id": "call_1", "name": "create_follow_up",
-                              "arguments": '{"ticket_id": "T-1"}'}),
-        ("anthropic", {"type": "tool_use", "id": "call_1", "name": "create_follow_up",
-                       "input": {"ticket_id": "T-1"}}),
+        (
+            "openai_responses",
+            {
+                "type": "function_call",
+                "call_id": "call_1",
+                "name": "create_follow_up",
+                "arguments": '{"ticket_id": "T-1"}',
+            },
+        ),
+        (
+            "anthropic",
+            {
+                "type": "tool_use",
+                "id": "call_1",
+                "name": "create_follow_up",
+                "input": {"ticket_id": "T-1"},
+            },
+        ),
         ("gemini", {"functionCall": {"name": "create_follow_up", "args": {"ticket_id": "T-1"}}}),
-        ("mcp", {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                 "params": {"name": "create_follow_up", "arguments": {"ticket_id": "T-1"}}}),
+        (
+            "mcp",
+            {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "method": "tools/call",
+                "params": {"name": "create_follow_up", "arguments": {"ticket_id": "T-1"}},
+            },
+        ),
         ("plain", {"tool": "create_follow_up", "arguments": '{"ticket_id": "T-1"}'}),
     ]
 
@@ -191,7 +266,9 @@ class ParseCallTests(SdkTestCase):
             parse_call("plain", {"tool": "x", "arguments": "[1, 2]"})
 
     def test_it_derives_the_same_operation_id_for_equal_arguments(self):
-        assert derive_operation_id("r1", "t", {"a": 1, "b": 2}) == derive_operation_id("r1", "t", {"b": 2, "a": 1})
+        assert derive_operation_id("r1", "t", {"a": 1, "b": 2}) == derive_operation_id(
+            "r1", "t", {"b": 2, "a": 1}
+        )
         assert derive_operation_id("r1", "t", {"a": 1}) != derive_operation_id("r2", "t", {"a": 1})
 
 
@@ -230,19 +307,35 @@ class ContractTests(SdkTestCase):
         fake = FakeCallgate()
         client = make_client(fake)
         registration = client.register_tool(
-            "create_follow_up", parameters=FollowUp, description="Create a follow-up", effect="write",
-            idempotent=True, reconcilable=True, reconcile_url="http://sim/ops/{operation_id}",
-            max_attempts=4, requires_approval=False,
-            retry=RetryPolicy(initial_interval=0.5, backoff_coefficient=2, maximum_interval=8, deadline_seconds=60),
+            "create_follow_up",
+            parameters=FollowUp,
+            description="Create a follow-up",
+            effect="write",
+            idempotent=True,
+            reconcilable=True,
+            reconcile_url="http://sim/ops/{operation_id}",
+            max_attempts=4,
+            requires_approval=False,
+            retry=RetryPolicy(
+                initial_interval=0.5, backoff_coefficient=2, maximum_interval=8, deadline_seconds=60
+            ),
         )
         method, path, body = fake.requests[0]
         assert (method, path) == ("PUT", "/api/v1/tools/create_follow_up")
         assert body["parameters"] == FollowUp.model_json_schema()
-        assert body["effect"] == "write" and body["idempotent"] is True and body["reconcilable"] is True
+        assert (
+            body["effect"] == "write"
+            and body["idempotent"] is True
+            and body["reconcilable"] is True
+        )
         assert body["reconcile_url"] == "http://sim/ops/{operation_id}"
         assert body["max_attempts"] == 4
-        assert body["retry"] == {"initial_interval": 0.5, "backoff_coefficient": 2.0, "maximum_interval": 8.0,
-                                 "deadline_seconds": 60}
+        assert body["retry"] == {
+            "initial_interval": 0.5,
+            "backoff_coefficient": 2.0,
+            "maximum_interval": 8.0,
+            "deadline_seconds": 60,
+        }
         assert registration.version == 1 and registration.lint_score == 90
         assert registration.findings[0].path == "$.x"
 
@@ -273,7 +366,9 @@ class RunTests(SdkTestCase):
     def test_it_executes_an_allowed_call_once_and_reports_the_attempt(self):
         fake = FakeCallgate()
         fake.gate.append(answer("allow"))
-        fake.event_answers.append(answer("allow", state="succeeded", reason="ok", route="proceed", attempts=1))
+        fake.event_answers.append(
+            answer("allow", state="succeeded", reason="ok", route="proceed", attempts=1)
+        )
         execute = Recorder({"id": "F-1"})
         client = make_client(fake)
         result = client.run("openai", OPENAI_CALL, execute, request_id="req-1")
@@ -281,7 +376,11 @@ class RunTests(SdkTestCase):
         assert result.result == {"id": "F-1"} and result.executions == 1
         assert execute.calls == [({"ticket_id": "T-1"}, OP)]
         [attempt] = fake.attempts()
-        assert attempt["operation_id"] == OP and attempt["outcome"] == "success" and attempt["sent"] is True
+        assert (
+            attempt["operation_id"] == OP
+            and attempt["outcome"] == "success"
+            and attempt["sent"] is True
+        )
         assert attempt["result"] == {"id": "F-1"} and attempt["request_id"] == "req-1"
         assert attempt["call_id"] == "call_1" and attempt["attempt"] == 1
         assert len(client.buffer) == 0
@@ -289,16 +388,24 @@ class RunTests(SdkTestCase):
     def test_it_retries_under_the_same_operation_id_with_full_jitter_backoff(self):
         fake = FakeCallgate()
         fake.gate.append(answer("allow"))
-        fake.event_answers.extend([
-            answer("retry", state="retry_wait", reason="unavailable", route="retry", attempts=1),
-            answer("retry", state="retry_wait", reason="unavailable", route="retry", attempts=2),
-            answer("allow", state="succeeded", reason="ok", route="proceed", attempts=3),
-        ])
+        fake.event_answers.extend(
+            [
+                answer(
+                    "retry", state="retry_wait", reason="unavailable", route="retry", attempts=1
+                ),
+                answer(
+                    "retry", state="retry_wait", reason="unavailable", route="retry", attempts=2
+                ),
+                answer("allow", state="succeeded", reason="ok", route="proceed", attempts=3),
+            ]
+        )
         sleeps: list[float] = []
         client = make_client(fake, sleeps=sleeps)
         client.tools["create_follow_up"] = client.tools.get("create_follow_up") or __import__(
-            "callgate.sdk", fromlist=["_ToolInfo"])._ToolInfo(
-            retry=RetryPolicy(initial_interval=1, backoff_coefficient=3, maximum_interval=2))
+            "callgate.sdk", fromlist=["_ToolInfo"]
+        )._ToolInfo(
+            retry=RetryPolicy(initial_interval=1, backoff_coefficient=3, maximum_interval=2)
+        )
         failure = ToolFailure("Service Unavailable", sent=True, http_status=503)
         execute = Recorder(failure, failure, {"id": "F-1"})
         result = client.run("openai", OPENAI_CALL, execute, request_id="r")
@@ -311,13 +418,34 @@ class RunTests(SdkTestCase):
     def test_it_waits_for_reconciliation_and_returns_the_receipt_without_retrying(self):
         fake = FakeCallgate()
         fake.gate.append(answer("allow"))
-        fake.event_answers.append(answer("reconcile", state="reconciling", reason="outcome_unknown",
-                                         route="reconcile", attempts=1))
-        fake.polls.extend([
-            answer("reconcile", state="reconciling", reason="outcome_unknown", route="reconcile", attempts=1),
-            answer("return_receipt", state="succeeded", reason="reconciled_applied", route="return_receipt",
-                   receipt={"id": "F-9"}, attempts=1),
-        ])
+        fake.event_answers.append(
+            answer(
+                "reconcile",
+                state="reconciling",
+                reason="outcome_unknown",
+                route="reconcile",
+                attempts=1,
+            )
+        )
+        fake.polls.extend(
+            [
+                answer(
+                    "reconcile",
+                    state="reconciling",
+                    reason="outcome_unknown",
+                    route="reconcile",
+                    attempts=1,
+                ),
+                answer(
+                    "return_receipt",
+                    state="succeeded",
+                    reason="reconciled_applied",
+                    route="return_receipt",
+                    receipt={"id": "F-9"},
+                    attempts=1,
+                ),
+            ]
+        )
         sleeps: list[float] = []
         execute = Recorder(ToolFailure("ReadTimeout", sent=True, outcome="timeout"))
         client = make_client(fake, sleeps=sleeps, poll_interval=1, max_poll_interval=3)
@@ -326,16 +454,30 @@ class RunTests(SdkTestCase):
         assert result.reason == "reconciled_applied"
         assert len(execute.calls) == 1
         assert sleeps == [1, 2]  # polling backs off
-        assert [r[1] for r in fake.requests if r[0] == "GET" and "/calls/" in r[1]] == [f"/api/v1/calls/{OP}"] * 2
+        assert [r[1] for r in fake.requests if r[0] == "GET" and "/calls/" in r[1]] == [
+            f"/api/v1/calls/{OP}"
+        ] * 2
 
     def test_it_retries_once_under_the_same_operation_id_when_reconciliation_found_nothing(self):
         fake = FakeCallgate()
         fake.gate.append(answer("allow"))
-        fake.event_answers.extend([
-            answer("reconcile", state="reconciling", reason="outcome_unknown", route="reconcile", attempts=1),
-            answer("allow", state="succeeded", reason="ok", route="proceed", attempts=2),
-        ])
-        fake.polls.append(answer("retry", state="retry_wait", reason="reconciled_absent", route="retry", attempts=1))
+        fake.event_answers.extend(
+            [
+                answer(
+                    "reconcile",
+                    state="reconciling",
+                    reason="outcome_unknown",
+                    route="reconcile",
+                    attempts=1,
+                ),
+                answer("allow", state="succeeded", reason="ok", route="proceed", attempts=2),
+            ]
+        )
+        fake.polls.append(
+            answer(
+                "retry", state="retry_wait", reason="reconciled_absent", route="retry", attempts=1
+            )
+        )
         execute = Recorder(ToolFailure("ReadTimeout", sent=True, outcome="timeout"), {"id": "F-2"})
         client = make_client(fake)
         result = client.run("openai", OPENAI_CALL, execute, request_id="r")
@@ -344,11 +486,18 @@ class RunTests(SdkTestCase):
 
     def test_it_stops_when_the_wait_limit_passes(self):
         fake = FakeCallgate()
-        fake.gate.append(answer("review", state="in_review", reason="not_reconcilable", route="review"))
+        fake.gate.append(
+            answer("review", state="in_review", reason="not_reconcilable", route="review")
+        )
         fake.polls.extend([answer("review", state="in_review", route="review")] * 10)
         now = [0.0]
-        client = make_client(fake, clock=lambda: now[0], poll_interval=2, max_poll_interval=2,
-                             sleep=lambda s: now.__setitem__(0, now[0] + s))
+        client = make_client(
+            fake,
+            clock=lambda: now[0],
+            poll_interval=2,
+            max_poll_interval=2,
+            sleep=lambda s: now.__setitem__(0, now[0] + s),
+        )
         execute = Recorder()
         result = client.run("openai", OPENAI_CALL, execute, request_id="r", wait_limit=5)
         assert result.status == "waiting" and result.executions == 0
@@ -356,8 +505,14 @@ class RunTests(SdkTestCase):
 
     def test_it_executes_after_an_approval_and_not_after_a_rejection(self):
         fake = FakeCallgate()
-        fake.gate.append(answer("pending_approval", state="pending_approval", reason="approval_pending",
-                                route="review"))
+        fake.gate.append(
+            answer(
+                "pending_approval",
+                state="pending_approval",
+                reason="approval_pending",
+                route="review",
+            )
+        )
         fake.polls.append(answer("allow", state="allowed", decision={"decision": "approve"}))
         fake.event_answers.append(answer("allow", state="succeeded", reason="ok", route="proceed"))
         execute = Recorder({"payout_id": "P-1"})
@@ -365,8 +520,15 @@ class RunTests(SdkTestCase):
         assert result.status == "succeeded" and len(execute.calls) == 1
 
         fake.gate.append(answer("pending_approval", state="pending_approval", route="review"))
-        fake.polls.append(answer("deny", state="rejected", reason="approval_rejected", route="deny",
-                                 observation="rejected: amount too high"))
+        fake.polls.append(
+            answer(
+                "deny",
+                state="rejected",
+                reason="approval_rejected",
+                route="deny",
+                observation="rejected: amount too high",
+            )
+        )
         execute = Recorder()
         result = make_client(fake).run("openai", OPENAI_CALL, execute, request_id="r2")
         assert result.status == "denied" and result.observation == "rejected: amount too high"
@@ -376,16 +538,27 @@ class RunTests(SdkTestCase):
         for verdict, status in [("reask", "reask"), ("deny", "denied"), ("stop", "stopped")]:
             with self.subTest(verdict):
                 fake = FakeCallgate()
-                fake.gate.append(answer(verdict, state="rejected", observation="create_follow_up: $.due_at …"))
+                fake.gate.append(
+                    answer(verdict, state="rejected", observation="create_follow_up: $.due_at …")
+                )
                 execute = Recorder()
                 result = make_client(fake).run("openai", OPENAI_CALL, execute, request_id="r")
-                assert result.status == status and result.observation == "create_follow_up: $.due_at …"
+                assert (
+                    result.status == status and result.observation == "create_follow_up: $.due_at …"
+                )
                 assert execute.calls == []
 
     def test_it_returns_the_stored_receipt_without_executing(self):
         fake = FakeCallgate()
-        fake.gate.append(answer("return_receipt", state="succeeded", reason="duplicate_suppressed",
-                                route="return_receipt", receipt={"id": "F-1"}))
+        fake.gate.append(
+            answer(
+                "return_receipt",
+                state="succeeded",
+                reason="duplicate_suppressed",
+                route="return_receipt",
+                receipt={"id": "F-1"},
+            )
+        )
         execute = Recorder()
         result = make_client(fake).run("openai", OPENAI_CALL, execute, request_id="r")
         assert result.status == "receipt" and result.result == {"id": "F-1"} and execute.calls == []
@@ -411,9 +584,12 @@ class RunTests(SdkTestCase):
     def test_it_reports_an_exception_in_the_tool_as_a_tool_error(self):
         fake = FakeCallgate()
         fake.gate.append(answer("allow"))
-        fake.event_answers.append(answer("reask", state="failed", reason="tool_error", observation="fix it"))
-        result = make_client(fake).run("openai", OPENAI_CALL, Recorder(ZeroDivisionError("boom")),
-                                       request_id="r")
+        fake.event_answers.append(
+            answer("reask", state="failed", reason="tool_error", observation="fix it")
+        )
+        result = make_client(fake).run(
+            "openai", OPENAI_CALL, Recorder(ZeroDivisionError("boom")), request_id="r"
+        )
         [attempt] = fake.attempts()
         assert attempt["outcome"] == "error" and attempt["error"] == "ZeroDivisionError: boom"
         assert result.status == "reask"
@@ -422,13 +598,21 @@ class RunTests(SdkTestCase):
 class ReportNowTests(SdkTestCase):
     def test_it_polls_the_event_until_callgate_has_applied_it(self):
         fake = FakeCallgate()
-        fake.event_answers.append(answer("retry", state="retry_wait", reason="unavailable", route="retry"))
+        fake.event_answers.append(
+            answer("retry", state="retry_wait", reason="unavailable", route="retry")
+        )
         fake.pending_reads = 3
         now = [0.0]
         sleeps: list[float] = []
-        client = make_client(fake, answer_timeout=10, clock=lambda: now[0],
-                             sleep=lambda s: (sleeps.append(s), now.__setitem__(0, now[0] + s)))
-        got = client.report_now(client.event("attempt", operation_id=OP, sent=True, outcome="error", http_status=503))
+        client = make_client(
+            fake,
+            answer_timeout=10,
+            clock=lambda: now[0],
+            sleep=lambda s: (sleeps.append(s), now.__setitem__(0, now[0] + s)),
+        )
+        got = client.report_now(
+            client.event("attempt", operation_id=OP, sent=True, outcome="error", http_status=503)
+        )
         assert got is not None and got.verdict == "retry" and got.reason == "unavailable"
         assert sleeps == [0.05, 0.1, 0.2]
         assert [m for m, p, _ in fake.requests if p.startswith("/api/v1/events/")] == ["GET"] * 4
@@ -436,9 +620,18 @@ class ReportNowTests(SdkTestCase):
     def test_it_gives_up_after_the_answer_timeout_and_decides_locally(self):
         fake = FakeCallgate()
         now = [0.0]
-        client = make_client(fake, answer_timeout=1, clock=lambda: now[0],
-                             sleep=lambda s: now.__setitem__(0, now[0] + s))
-        assert client.report_now(client.event("attempt", operation_id=OP, sent=True, outcome="success")) is None
+        client = make_client(
+            fake,
+            answer_timeout=1,
+            clock=lambda: now[0],
+            sleep=lambda s: now.__setitem__(0, now[0] + s),
+        )
+        assert (
+            client.report_now(
+                client.event("attempt", operation_id=OP, sent=True, outcome="success")
+            )
+            is None
+        )
         assert now[0] == 1.0
         assert len(client.buffer) == 0  # stored by callgate: nothing to re-send
 
@@ -449,14 +642,27 @@ class ReportNowTests(SdkTestCase):
         def rejecting(request: httpx.Request) -> httpx.Response:
             response = original(request)
             if request.method == "GET" and request.url.path.startswith("/api/v1/events/"):
-                return httpx.Response(200, json={**response.json(), "status": "rejected", "errors": [
-                    {"loc": "operation_id", "msg": "no call with operation_id 'op-1' in this project"}]})
+                return httpx.Response(
+                    200,
+                    json={
+                        **response.json(),
+                        "status": "rejected",
+                        "errors": [
+                            {
+                                "loc": "operation_id",
+                                "msg": "no call with operation_id 'op-1' in this project",
+                            }
+                        ],
+                    },
+                )
             return response
 
         fake.handle = rejecting
         client = make_client(fake)
         with self.assertRaises(CallgateError) as raised:
-            client.report_now(client.event("attempt", operation_id=OP, sent=True, outcome="success"))
+            client.report_now(
+                client.event("attempt", operation_id=OP, sent=True, outcome="success")
+            )
         assert raised.exception.errors[0]["loc"] == "operation_id"
 
 
@@ -476,7 +682,9 @@ class CircuitOpenRunTests(SdkTestCase):
     def test_it_opens_the_breaker_on_repeated_unavailability(self):
         fake = FakeCallgate()
         fake.gate.append(answer("allow"))
-        fake.event_answers.extend([answer("retry", state="retry_wait")] * 2 + [answer("stop", state="failed")])
+        fake.event_answers.extend(
+            [answer("retry", state="retry_wait")] * 2 + [answer("stop", state="failed")]
+        )
         client = make_client(fake, breaker_threshold=2, breaker_cooldown=60)
         failure = ToolFailure("connection refused", sent=False)
         execute = Recorder(failure, failure)
@@ -489,10 +697,17 @@ class CircuitOpenRunTests(SdkTestCase):
 class SelfCorrectorTests(SdkTestCase):
     def test_it_hands_the_observation_back_until_the_call_is_valid(self):
         fake = FakeCallgate()
-        fake.gate.extend([
-            answer("reask", state="rejected", reason="type_mismatch", observation="num must be an integer"),
-            answer("allow"),
-        ])
+        fake.gate.extend(
+            [
+                answer(
+                    "reask",
+                    state="rejected",
+                    reason="type_mismatch",
+                    observation="num must be an integer",
+                ),
+                answer("allow"),
+            ]
+        )
         fake.event_answers.append(answer("allow", state="succeeded", reason="ok"))
         seen: list[str] = []
 
@@ -507,15 +722,22 @@ class SelfCorrectorTests(SdkTestCase):
 
     def test_it_stops_at_route_stop(self):
         fake = FakeCallgate()
-        fake.gate.extend([
-            answer("reask", state="rejected", observation="bad 1"),
-            answer("reask", state="rejected", observation="bad 2"),
-            answer("stop", state="rejected", reason="reask_exhausted", observation="giving up"),
-        ])
-        corrector = SelfCorrector(make_client(fake), lambda obs: ("plain", {"tool": "x", "arguments": {}}),
-                                  max_reasks=5)
+        fake.gate.extend(
+            [
+                answer("reask", state="rejected", observation="bad 1"),
+                answer("reask", state="rejected", observation="bad 2"),
+                answer("stop", state="rejected", reason="reask_exhausted", observation="giving up"),
+            ]
+        )
+        corrector = SelfCorrector(
+            make_client(fake), lambda obs: ("plain", {"tool": "x", "arguments": {}}), max_reasks=5
+        )
         result = corrector.run("openai", OPENAI_CALL, Recorder(), request_id="r")
-        assert result.status == "stopped" and result.reason == "reask_exhausted" and corrector.reasks == 2
+        assert (
+            result.status == "stopped"
+            and result.reason == "reask_exhausted"
+            and corrector.reasks == 2
+        )
         assert fake.requests[-1][2]["format"] == "plain"
 
     def test_it_stops_at_its_own_budget(self):
@@ -534,7 +756,10 @@ class BufferTests(SdkTestCase):
         fake = FakeCallgate()
         fake.down = True
         client = make_client(fake, self.tmp, batch_size=2)
-        events = [client.event("attempt", operation_id=f"op-{i}", sent=True, outcome="success") for i in range(5)]
+        events = [
+            client.event("attempt", operation_id=f"op-{i}", sent=True, outcome="success")
+            for i in range(5)
+        ]
         for event in events:
             client.report(event)
         assert client.flush() == 0
@@ -561,8 +786,13 @@ class BufferTests(SdkTestCase):
                 raise httpx.ReadTimeout("answer lost", request=request)
             return response
 
-        client = CallgateClient("http://callgate.test", KEY, transport=httpx.MockTransport(lossy),
-                                flush_interval=None, buffer_dir=self.tmp)
+        client = CallgateClient(
+            "http://callgate.test",
+            KEY,
+            transport=httpx.MockTransport(lossy),
+            flush_interval=None,
+            buffer_dir=self.tmp,
+        )
         event = client.event("attempt", operation_id="op-1", sent=True, outcome="success")
         client.report(event)
         assert client.flush() == 0 and len(client.buffer) == 1
@@ -599,7 +829,7 @@ class BufferTests(SdkTestCase):
             for event in events:
                 buffer.append([event])
         kept = [e["event_id"] for e in buffer.peek(100)]
-        assert kept == [f"e{i}" for i in range(8)][-len(kept):]
+        assert kept == [f"e{i}" for i in range(8)][-len(kept) :]
         assert buffer.size_bytes() <= 400 and buffer.dropped == 8 - len(kept)
         assert "dropped" in "\n".join(logs.output)
 
@@ -627,7 +857,9 @@ class BufferTests(SdkTestCase):
         # the flush before the synchronous report sends the earlier event first
         fake.event_answers.append(answer("allow", state="succeeded"))
         client.run("openai", OPENAI_CALL, Recorder({"id": 1}), request_id="r")
-        posted = [e["event_id"] for _, p, body in fake.requests if p == "/api/v1/events" for e in body]
+        posted = [
+            e["event_id"] for _, p, body in fake.requests if p == "/api/v1/events" for e in body
+        ]
         assert posted[0] == earlier["event_id"]
 
 
@@ -651,7 +883,9 @@ class FailOpenTests(SdkTestCase):
         fake = FakeCallgate()
         fake.down = True
         client = make_client(fake, self.tmp, fail_open=True)
-        execute = Recorder(ToolFailure("ReadTimeout", sent=True, outcome="timeout"), {"id": "never"})
+        execute = Recorder(
+            ToolFailure("ReadTimeout", sent=True, outcome="timeout"), {"id": "never"}
+        )
         result = client.run("openai", OPENAI_CALL, execute, request_id="r")
         assert result.status == "outcome_unknown" and len(execute.calls) == 1
 
@@ -665,5 +899,3 @@ class FailOpenTests(SdkTestCase):
         assert result.status == "succeeded" and len(execute.calls) == 2
         assert len(sleeps) == 1
         assert len({op for _, op in execute.calls}) == 1
-
-

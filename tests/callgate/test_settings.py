@@ -1,4 +1,5 @@
 """Settings come from the environment through typed readers that fail loudly."""
+
 from __future__ import annotations
 
 import os
@@ -31,15 +32,28 @@ def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **env}
     full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # set in-process by the browser tests
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=settings.BASE_DIR, env=full_env,
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "manage.py", *args],
+        cwd=settings.BASE_DIR,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 class EnvReaderTests(SimpleTestCase):
     def test_it_reads_booleans(self):
-        for raw, expected in [("true", True), ("TRUE", True), ("1", True), ("yes", True), ("on", True),
-                              ("false", False), ("0", False), ("No", False), (" off ", False)]:
+        for raw, expected in [
+            ("true", True),
+            ("TRUE", True),
+            ("1", True),
+            ("yes", True),
+            ("on", True),
+            ("false", False),
+            ("0", False),
+            ("No", False),
+            (" off ", False),
+        ]:
             with _env(CG_TEST_FLAG=raw):
                 assert env_bool("CG_TEST_FLAG", not expected) is expected, raw
 
@@ -59,9 +73,15 @@ class EnvReaderTests(SimpleTestCase):
     def test_it_reads_integers_with_a_minimum(self):
         with _env(CG_TEST_INT="42"):
             assert env_int("CG_TEST_INT", 1) == 42
-        with _env(CG_TEST_INT="ten"), pytest.raises(ImproperlyConfigured, match="CG_TEST_INT must be an integer"):
+        with (
+            _env(CG_TEST_INT="ten"),
+            pytest.raises(ImproperlyConfigured, match="CG_TEST_INT must be an integer"),
+        ):
             env_int("CG_TEST_INT", 1)
-        with _env(CG_TEST_INT="5"), pytest.raises(ImproperlyConfigured, match="CG_TEST_INT must be at least 60"):
+        with (
+            _env(CG_TEST_INT="5"),
+            pytest.raises(ImproperlyConfigured, match="CG_TEST_INT must be at least 60"),
+        ):
             env_int("CG_TEST_INT", 900, minimum=60)
 
     def test_it_reads_comma_separated_lists(self):
@@ -77,7 +97,10 @@ class EnvReaderTests(SimpleTestCase):
             assert env_str("CG_TEST_SECRET") == "s3cret-from-file"
 
     def test_it_rejects_an_unreadable_secret_file(self):
-        with _env(CG_TEST_SECRET_FILE="/nonexistent/secret"), pytest.raises(ImproperlyConfigured) as caught:
+        with (
+            _env(CG_TEST_SECRET_FILE="/nonexistent/secret"),
+            pytest.raises(ImproperlyConfigured) as caught,
+        ):
             env_str("CG_TEST_SECRET")
         assert "CG_TEST_SECRET_FILE" in str(caught.value)
         assert "/nonexistent/secret" in str(caught.value)
@@ -86,13 +109,26 @@ class EnvReaderTests(SimpleTestCase):
         with _env(CG_TEST_DB="postgres://callgate:pw@db.internal:5432/callgate"):
             config = env_database("CG_TEST_DB", "sqlite:///x.sqlite3")
         assert config["ENGINE"] == "django.db.backends.postgresql"
-        assert (config["HOST"], config["PORT"], config["NAME"], config["USER"]) == ("db.internal", 5432, "callgate", "callgate")
+        assert (config["HOST"], config["PORT"], config["NAME"], config["USER"]) == (
+            "db.internal",
+            5432,
+            "callgate",
+            "callgate",
+        )
         os.environ.pop("CG_TEST_DB", None)
-        assert env_database("CG_TEST_DB", "sqlite:////tmp/cg.sqlite3")["ENGINE"] == "django.db.backends.sqlite3"
+        assert (
+            env_database("CG_TEST_DB", "sqlite:////tmp/cg.sqlite3")["ENGINE"]
+            == "django.db.backends.sqlite3"
+        )
 
     def test_it_rejects_malformed_database_urls_naming_the_variable(self):
-        for raw in ["callgate", "localhost:5432/callgate", "nosuchdb://host/db", "postgres://host:notaport/db",
-                    "postgres://host:5432"]:
+        for raw in [
+            "callgate",
+            "localhost:5432/callgate",
+            "nosuchdb://host/db",
+            "postgres://host:notaport/db",
+            "postgres://host:5432",
+        ]:
             with _env(CG_TEST_DB=raw), pytest.raises(ImproperlyConfigured) as caught:
                 env_database("CG_TEST_DB", "sqlite:///x.sqlite3")
             assert "CG_TEST_DB" in str(caught.value), raw
@@ -126,13 +162,21 @@ class SettingsStartupTests(SimpleTestCase):
         assert "ImproperlyConfigured: DEBUG must be 'true' or 'false', got 'maybe'" in result.stderr
 
     def test_it_needs_a_secret_key_without_debug(self):
-        result = _manage("check", DEBUG="false", SECRET_KEY="", SECRET_KEY_FILE="", ALLOWED_HOSTS="example.com")
+        result = _manage(
+            "check", DEBUG="false", SECRET_KEY="", SECRET_KEY_FILE="", ALLOWED_HOSTS="example.com"
+        )
         assert result.returncode != 0
         assert "SECRET_KEY is required when DEBUG is off" in result.stderr
 
     def test_it_passes_the_deploy_checks_but_for_tls_only_items(self):
-        result = _manage("check", "--deploy", DEBUG="false", SECRET_KEY=secrets.token_urlsafe(50),
-                         SECRET_KEY_FILE="", ALLOWED_HOSTS="example.com")
+        result = _manage(
+            "check",
+            "--deploy",
+            DEBUG="false",
+            SECRET_KEY=secrets.token_urlsafe(50),
+            SECRET_KEY_FILE="",
+            ALLOWED_HOSTS="example.com",
+        )
         assert result.returncode == 0, result.stderr
         found = set(re.findall(r"\((\w+\.[WE]\d+)\)", result.stdout + result.stderr))
         assert found <= TLS_ONLY_CHECKS, result.stdout + result.stderr

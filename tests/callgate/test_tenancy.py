@@ -3,6 +3,7 @@
 Browser pages are found through the URL resolver, so every page added under
 ``/p/<project>/`` later is covered without touching this file. API tests speak the wire
 format of ``/api/v1/`` (see the preamble / DESIGN.md)."""
+
 from __future__ import annotations
 
 import re
@@ -35,7 +36,9 @@ def project_routes() -> list[tuple[str, dict[str, str], str]]:
                 walk(entry.url_patterns, route, ns)
             elif isinstance(entry, URLPattern) and route.startswith(PROJECT_PREFIX):
                 params = {m["name"]: m["converter"] or "str" for m in _PARAM.finditer(route)}
-                params.update({name: "re" for name in entry.pattern.regex.groupindex if name not in params})
+                params.update(
+                    {name: "re" for name in entry.pattern.regex.groupindex if name not in params}
+                )
                 found.append((route, params, f"{namespace}{entry.name or entry.lookup_str}"))
 
     walk(get_resolver().url_patterns, "", "")
@@ -57,37 +60,71 @@ class TenancyFixtureMixin:
         Membership.objects.create(user=cls.admin_a, project=cls.project, role=Membership.Role.ADMIN)
         now = timezone.now()
         cls.b_contract = ToolContract.objects.create(
-            project=cls.other_project, name="refund_order", version=1, parameters={"type": "object"},
-            effect=ToolContract.Effect.WRITE, description=B_MARKER, digest="0" * 64,
+            project=cls.other_project,
+            name="refund_order",
+            version=1,
+            parameters={"type": "object"},
+            effect=ToolContract.Effect.WRITE,
+            description=B_MARKER,
+            digest="0" * 64,
         )
         cls.b_call = ToolCall.objects.create(
-            project=cls.other_project, agent=cls.other_agent, operation_id="op-globex-1",
-            tool_name="refund_order", contract=cls.b_contract, arguments={"order_id": B_MARKER},
-            state=ToolCall.State.IN_REVIEW, reason="timeout_unknown", category="unknown_outcome",
-            route="review", observation=B_MARKER, attempts=1, request_id="req-globex-1",
-            call_id="call_b1", created_at=now, updated_at=now,
+            project=cls.other_project,
+            agent=cls.other_agent,
+            operation_id="op-globex-1",
+            tool_name="refund_order",
+            contract=cls.b_contract,
+            arguments={"order_id": B_MARKER},
+            state=ToolCall.State.IN_REVIEW,
+            reason="timeout_unknown",
+            category="unknown_outcome",
+            route="review",
+            observation=B_MARKER,
+            attempts=1,
+            request_id="req-globex-1",
+            call_id="call_b1",
+            created_at=now,
+            updated_at=now,
         )
         cls.b_event = CallEvent.objects.create(
-            project=cls.other_project, call=cls.b_call, kind=CallEvent.Kind.ATTEMPT,
-            body={"outcome": "timeout", "note": B_MARKER}, occurred_at=now,
+            project=cls.other_project,
+            call=cls.b_call,
+            kind=CallEvent.Kind.ATTEMPT,
+            body={"outcome": "timeout", "note": B_MARKER},
+            occurred_at=now,
         )
         cls.b_key = ApiKey.objects.get(agent=cls.other_agent)
         cls.b_item = ReviewItem.objects.create(
-            project=cls.other_project, call=cls.b_call, kind=ReviewItem.Kind.ESCALATION, reason="timeout_unknown",
+            project=cls.other_project,
+            call=cls.b_call,
+            kind=ReviewItem.Kind.ESCALATION,
+            reason="timeout_unknown",
         )
 
     def b_object_values(self) -> dict[str, object]:
         """Values of project B's objects for any URL kwarg name we may meet."""
         return {
             "project": self.other_project.slug,
-            "operation_id": self.b_call.operation_id, "op": self.b_call.operation_id,
-            "call": self.b_call.pk, "call_id": self.b_call.pk, "pk": self.b_call.pk, "id": self.b_call.pk,
-            "item": self.b_item.pk, "item_id": self.b_item.pk, "review_item": self.b_item.pk,
-            "event": self.b_event.pk, "event_id": self.b_event.event_id,
-            "contract": self.b_contract.pk, "name": self.b_contract.name, "tool": self.b_contract.name,
+            "operation_id": self.b_call.operation_id,
+            "op": self.b_call.operation_id,
+            "call": self.b_call.pk,
+            "call_id": self.b_call.pk,
+            "pk": self.b_call.pk,
+            "id": self.b_call.pk,
+            "item": self.b_item.pk,
+            "item_id": self.b_item.pk,
+            "review_item": self.b_item.pk,
+            "event": self.b_event.pk,
+            "event_id": self.b_event.event_id,
+            "contract": self.b_contract.pk,
+            "name": self.b_contract.name,
+            "tool": self.b_contract.name,
             "version": self.b_contract.version,
-            "agent": self.other_agent.pk, "agent_id": self.other_agent.pk,
-            "key": self.b_key.pk, "key_id": self.b_key.pk, "api_key": self.b_key.pk,
+            "agent": self.other_agent.pk,
+            "agent_id": self.other_agent.pk,
+            "key": self.b_key.pk,
+            "key_id": self.b_key.pk,
+            "api_key": self.b_key.pk,
         }
 
     def value_for(self, name: str, converter: str) -> object:
@@ -100,7 +137,9 @@ class TenancyFixtureMixin:
 
 class ProjectPageTenancyTests(TenancyFixtureMixin, BaseTestCase):
     def project_only_routes(self) -> list[tuple[str, str]]:
-        routes = [(route, name) for route, params, name in project_routes() if list(params) == ["project"]]
+        routes = [
+            (route, name) for route, params, name in project_routes() if list(params) == ["project"]
+        ]
         assert len(routes) >= 2, f"expected the overview and review queue at least, found {routes}"
         return routes
 
@@ -158,7 +197,11 @@ class ProjectObjectTenancyTests(TenancyFixtureMixin, BaseTestCase):
     through B's URL and do not leak through A's URL either."""
 
     def object_routes(self):
-        return [(route, params, name) for route, params, name in project_routes() if list(params) != ["project"]]
+        return [
+            (route, params, name)
+            for route, params, name in project_routes()
+            if list(params) != ["project"]
+        ]
 
     def test_it_hides_another_projects_objects(self):
         for user in (self.alice, self.maria, self.admin_a):
@@ -171,9 +214,19 @@ class ProjectObjectTenancyTests(TenancyFixtureMixin, BaseTestCase):
                     if response.status_code == 405:
                         response = self.client.post(path, {})
                     if project == self.other_project:
-                        assert response.status_code == 404, (user.username, name, path, response.status_code)
+                        assert response.status_code == 404, (
+                            user.username,
+                            name,
+                            path,
+                            response.status_code,
+                        )
                     else:
-                        assert response.status_code < 500, (user.username, name, path, response.status_code)
+                        assert response.status_code < 500, (
+                            user.username,
+                            name,
+                            path,
+                            response.status_code,
+                        )
                     assert B_MARKER.encode() not in response.content, (user.username, name, path)
 
     def test_it_does_not_change_another_projects_objects(self):
@@ -182,8 +235,15 @@ class ProjectObjectTenancyTests(TenancyFixtureMixin, BaseTestCase):
             values = {p: self.value_for(p, conv) for p, conv in params.items()}
             for project in (self.other_project, self.project):
                 path = fill(route, {**values, "project": project.slug})
-                self.client.post(path, {"decision": "approve_retry", "resolution": "approve_retry",
-                                        "reason": "tenancy test", "note": "tenancy test"})
+                self.client.post(
+                    path,
+                    {
+                        "decision": "approve_retry",
+                        "resolution": "approve_retry",
+                        "reason": "tenancy test",
+                        "note": "tenancy test",
+                    },
+                )
         self.b_item.refresh_from_db()
         self.b_call.refresh_from_db()
         assert self.b_item.status == ReviewItem.Status.OPEN
@@ -193,7 +253,10 @@ class ProjectObjectTenancyTests(TenancyFixtureMixin, BaseTestCase):
         self.b_key.refresh_from_db()
         assert self.b_key.revoked_at is None
         assert ApiKey.objects.filter(project=self.other_project).count() == 1  # none issued by A
-        assert ApiKey.objects.filter(project=self.project, agent__project=self.other_project).count() == 0
+        assert (
+            ApiKey.objects.filter(project=self.project, agent__project=self.other_project).count()
+            == 0
+        )
 
 
 class ApiTenancyTests(TenancyFixtureMixin, BaseTestCase):
@@ -201,13 +264,24 @@ class ApiTenancyTests(TenancyFixtureMixin, BaseTestCase):
 
     def b_call_snapshot(self) -> tuple:
         call = ToolCall.objects.get(pk=self.b_call.pk)
-        return (call.state, call.attempts, call.reason, call.receipt, call.updated_at,
-                CallEvent.objects.filter(call=call).count())
+        return (
+            call.state,
+            call.attempts,
+            call.reason,
+            call.receipt,
+            call.updated_at,
+            CallEvent.objects.filter(call=call).count(),
+        )
 
     def test_it_reads_a_call_of_its_own_project(self):
         a_call = ToolCall.objects.create(
-            project=self.project, agent=self.agent, operation_id="op-acme-1", tool_name="lookup_order",
-            state=ToolCall.State.SUCCEEDED, category="ok", route="proceed",
+            project=self.project,
+            agent=self.agent,
+            operation_id="op-acme-1",
+            tool_name="lookup_order",
+            state=ToolCall.State.SUCCEEDED,
+            category="ok",
+            route="proceed",
         )
         response = self.api().get(f"/api/v1/calls/{a_call.operation_id}")
         assert response.status_code == 200, response.content
@@ -221,7 +295,10 @@ class ApiTenancyTests(TenancyFixtureMixin, BaseTestCase):
 
     def test_it_answers_404_for_a_call_of_the_other_direction(self):
         a_call = ToolCall.objects.create(
-            project=self.project, agent=self.agent, operation_id="op-acme-2", tool_name="lookup_order",
+            project=self.project,
+            agent=self.agent,
+            operation_id="op-acme-2",
+            tool_name="lookup_order",
             state=ToolCall.State.SUCCEEDED,
         )
         response = self.api(self.other_key).get(f"/api/v1/calls/{a_call.operation_id}")
@@ -230,39 +307,73 @@ class ApiTenancyTests(TenancyFixtureMixin, BaseTestCase):
     def test_it_does_not_write_to_another_projects_call_through_events(self):
         before = self.b_call_snapshot()
         events = [
-            make_event("attempt", operation_id=self.b_call.operation_id, tool_name="refund_order",
-                       sent=True, outcome="success", http_status=200, result={"refund_id": "r1"}),
-            make_event("receipt", operation_id=self.b_call.operation_id, receipt={"refund_id": "r1"}),
-            make_event("decision", operation_id=self.b_call.operation_id, decision="approve_retry",
-                       reason="tenancy test"),
+            make_event(
+                "attempt",
+                operation_id=self.b_call.operation_id,
+                tool_name="refund_order",
+                sent=True,
+                outcome="success",
+                http_status=200,
+                result={"refund_id": "r1"},
+            ),
+            make_event(
+                "receipt", operation_id=self.b_call.operation_id, receipt={"refund_id": "r1"}
+            ),
+            make_event(
+                "decision",
+                operation_id=self.b_call.operation_id,
+                decision="approve_retry",
+                reason="tenancy test",
+            ),
         ]
         response = self.api().post("/api/v1/events", events, format="json")
         assert response.status_code in (200, 207, 400, 404), response.content
         assert self.b_call_snapshot() == before
         assert B_MARKER not in response.content.decode()
         # whatever A's key created, it belongs to A
-        assert not CallEvent.objects.filter(project=self.other_project).exclude(pk=self.b_event.pk).exists()
+        assert (
+            not CallEvent.objects.filter(project=self.other_project)
+            .exclude(pk=self.b_event.pk)
+            .exists()
+        )
 
     def test_it_does_not_write_to_another_projects_call_through_the_gate(self):
         before = self.b_call_snapshot()
-        response = self.api().post("/api/v1/calls", {
-            "format": "plain", "operation_id": self.b_call.operation_id,
-            "call": {"tool": "refund_order", "arguments": {"order_id": "A-1"}},
-        }, format="json")
+        response = self.api().post(
+            "/api/v1/calls",
+            {
+                "format": "plain",
+                "operation_id": self.b_call.operation_id,
+                "call": {"tool": "refund_order", "arguments": {"order_id": "A-1"}},
+            },
+            format="json",
+        )
         assert response.status_code < 500, response.content
         assert self.b_call_snapshot() == before
         assert B_MARKER not in response.content.decode()
 
     def test_it_does_not_change_another_projects_contract(self):
-        response = self.api().put("/api/v1/tools/refund_order", {
-            "description": "Refund an order (project A's contract).", "effect": "write", "idempotent": True,
-            "reconcilable": False, "max_attempts": 2, "max_reasks": 1,
-            "parameters": {"type": "object", "properties": {"order_id": {"type": "string",
-                                                                          "description": "The order."}},
-                           "required": ["order_id"]},
-        }, format="json")
+        response = self.api().put(
+            "/api/v1/tools/refund_order",
+            {
+                "description": "Refund an order (project A's contract).",
+                "effect": "write",
+                "idempotent": True,
+                "reconcilable": False,
+                "max_attempts": 2,
+                "max_reasks": 1,
+                "parameters": {
+                    "type": "object",
+                    "properties": {"order_id": {"type": "string", "description": "The order."}},
+                    "required": ["order_id"],
+                },
+            },
+            format="json",
+        )
         assert response.status_code in (200, 201), response.content
         assert response.json()["version"] == 1  # A's first version, B's history is separate
-        b_contracts = list(ToolContract.objects.filter(project=self.other_project).values_list("pk", "description"))
+        b_contracts = list(
+            ToolContract.objects.filter(project=self.other_project).values_list("pk", "description")
+        )
         assert b_contracts == [(self.b_contract.pk, B_MARKER)]
         assert ToolContract.objects.filter(project=self.project, name="refund_order").count() == 1

@@ -1,5 +1,6 @@
 """Review-queue test data: contracts, escalated calls and their items, created directly
 (the ingest API is not needed to exercise the queue)."""
+
 from __future__ import annotations
 
 import itertools
@@ -16,42 +17,90 @@ from reviews.services import review_item_open
 _seq = itertools.count(1)
 
 
-def make_contract(project, name: str = "create_follow_up", *, effect: str = "write", reconcile: str = "http",
-                  requires_approval: bool = False, version: int = 1) -> ToolContract:
+def make_contract(
+    project,
+    name: str = "create_follow_up",
+    *,
+    effect: str = "write",
+    reconcile: str = "http",
+    requires_approval: bool = False,
+    version: int = 1,
+) -> ToolContract:
     contract, _ = ToolContract.objects.get_or_create(
-        project=project, name=name, version=version,
+        project=project,
+        name=name,
+        version=version,
         defaults=dict(
             parameters={"type": "object", "properties": {"ticket_id": {"type": "string"}}},
-            effect=effect, reconcile_method=reconcile,
+            effect=effect,
+            reconcile_method=reconcile,
             reconcile_url="http://target.invalid/ops/{operation_id}" if reconcile == "http" else "",
-            requires_approval=requires_approval, digest=uuid.uuid4().hex, lint_score=82,
+            requires_approval=requires_approval,
+            digest=uuid.uuid4().hex,
+            lint_score=82,
             sensitive_fields=["card_number"],
         ),
     )
     return contract
 
 
-def make_call(project, agent, *, tool: str = "create_follow_up", reason: str = "outcome_unknown",
-              state: str = ToolCall.State.IN_REVIEW, contract: ToolContract | None = None, age: timedelta | None = None,
-              arguments: dict | None = None, approval_in: timedelta | None = None) -> ToolCall:
+def make_call(
+    project,
+    agent,
+    *,
+    tool: str = "create_follow_up",
+    reason: str = "outcome_unknown",
+    state: str = ToolCall.State.IN_REVIEW,
+    contract: ToolContract | None = None,
+    age: timedelta | None = None,
+    arguments: dict | None = None,
+    approval_in: timedelta | None = None,
+) -> ToolCall:
     now = timezone.now()
     created = now - (age or timedelta(0))
     n = next(_seq)
     call = ToolCall.objects.create(
-        project=project, agent=agent, operation_id=f"op-{n:04d}-{uuid.uuid4().hex[:12]}", request_id=f"req-{n}",
-        actor="customer-42", provider_format="anthropic", tool_name=tool,
+        project=project,
+        agent=agent,
+        operation_id=f"op-{n:04d}-{uuid.uuid4().hex[:12]}",
+        request_id=f"req-{n}",
+        actor="customer-42",
+        provider_format="anthropic",
+        tool_name=tool,
         contract=contract if contract is not None else make_contract(project, tool),
-        arguments=arguments if arguments is not None else {"ticket_id": f"T-{1000 + n}", "card_number": "•••"},
-        state=state, reason=reason, category=category_of(reason), route=route_of(reason),
-        observation=f"The outcome of {tool} is unknown.", attempts=1, created_at=created, updated_at=created,
+        arguments=arguments
+        if arguments is not None
+        else {"ticket_id": f"T-{1000 + n}", "card_number": "•••"},
+        state=state,
+        reason=reason,
+        category=category_of(reason),
+        route=route_of(reason),
+        observation=f"The outcome of {tool} is unknown.",
+        attempts=1,
+        created_at=created,
+        updated_at=created,
         approval_expires_at=(now + approval_in) if approval_in is not None else None,
     )
-    CallEvent.objects.create(project=project, call=call, kind=CallEvent.Kind.PROPOSED, body={"type": "proposed"},
-                             occurred_at=created, received_at=created, state_after=state)
+    CallEvent.objects.create(
+        project=project,
+        call=call,
+        kind=CallEvent.Kind.PROPOSED,
+        body={"type": "proposed"},
+        occurred_at=created,
+        received_at=created,
+        state_after=state,
+    )
     return call
 
 
-def make_item(project, agent, *, kind: str = ReviewItem.Kind.ESCALATION, age: timedelta | None = None, **call_kwargs) -> ReviewItem:
+def make_item(
+    project,
+    agent,
+    *,
+    kind: str = ReviewItem.Kind.ESCALATION,
+    age: timedelta | None = None,
+    **call_kwargs,
+) -> ReviewItem:
     """An open item for a fresh call (approval items wait in ``pending_approval``)."""
     if kind == ReviewItem.Kind.APPROVAL:
         call_kwargs.setdefault("reason", "approval_pending")
@@ -69,6 +118,11 @@ def make_item(project, agent, *, kind: str = ReviewItem.Kind.ESCALATION, age: ti
 def add_reconciled(call: ToolCall, *, found: bool, matches: bool = False) -> CallEvent:
     now = timezone.now()
     return CallEvent.objects.create(
-        project_id=call.project_id, call=call, kind=CallEvent.Kind.RECONCILED, source=CallEvent.Source.CALLGATE,
-        body={"type": "reconciled", "found": found, "matches": matches}, occurred_at=now, received_at=now,
+        project_id=call.project_id,
+        call=call,
+        kind=CallEvent.Kind.RECONCILED,
+        source=CallEvent.Source.CALLGATE,
+        body={"type": "reconciled", "found": found, "matches": matches},
+        occurred_at=now,
+        received_at=now,
     )

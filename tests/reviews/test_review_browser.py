@@ -1,4 +1,5 @@
 """The review queue in a real browser (system Chromium via Playwright)."""
+
 from __future__ import annotations
 
 import re
@@ -36,7 +37,8 @@ class ReviewBrowserTests(BrowserTestCase):
         """No swap settling (htmx binds swapped-in buttons only once settled: a key pressed
         during the 5 s refresh's 20 ms settle would click a dead button) and no request."""
         self.page.wait_for_function(
-            "() => !document.querySelector('.htmx-added, .htmx-settling, .htmx-swapping, .htmx-request')")
+            "() => !document.querySelector('.htmx-added, .htmx-settling, .htmx-swapping, .htmx-request')"
+        )
 
     def item_path(self, item) -> str:
         return f"/p/{self.project.slug}/review/{item.pk}/"
@@ -80,7 +82,10 @@ class ReviewBrowserTests(BrowserTestCase):
         reason.press("Enter")
         self.page.get_by_text("Rejected: the agent gets your reason").wait_for()
         call = ToolCall.objects.get(pk=item.call_id)
-        assert call.decision == "reject" and call.decision_reason == "The customer cancelled the order."
+        assert (
+            call.decision == "reject"
+            and call.decision_reason == "The customer cancelled the order."
+        )
         assert "The customer cancelled the order." in self.page.locator("table.audit").inner_text()
         self.assert_no_console_errors()
 
@@ -88,8 +93,12 @@ class ReviewBrowserTests(BrowserTestCase):
         item = make_item(self.project, self.agent, reason="retry_exhausted")
         self.login("alice")
         self.visit(self.item_path(item))
-        services.review_item_decide(item=ReviewItem.objects.get(pk=item.pk), user=self.bob,
-                                    decision="mark_failed", reason="The target is gone.")
+        services.review_item_decide(
+            item=ReviewItem.objects.get(pk=item.pk),
+            user=self.bob,
+            decision="mark_failed",
+            reason="The target is gone.",
+        )
         self.page.keyboard.press("x")
         reason = self.page.get_by_label("Reason (the agent reads it as the observation)")
         reason.fill("Too late.")
@@ -106,8 +115,10 @@ class ReviewBrowserTests(BrowserTestCase):
         self.login("victor")
         self.visit(f"/p/{self.project.slug}/review/")
         self.page.locator(f"#item-{item.pk}").wait_for()
-        assert self.page.locator("[data-key]").count() == 0 or \
-            self.page.locator("button[data-key], form#bulk").count() == 0
+        assert (
+            self.page.locator("[data-key]").count() == 0
+            or self.page.locator("button[data-key], form#bulk").count() == 0
+        )
         self.visit(self.item_path(item))
         assert self.page.get_by_role("toolbar").count() == 0
         assert self.page.get_by_role("button", name="Claim").count() == 0
@@ -118,25 +129,45 @@ class ReviewBrowserTests(BrowserTestCase):
         items = []
         for n in range(50):
             if n % 3 == 0:
-                items.append(make_item(self.project, self.agent, kind="approval", age=timedelta(minutes=n)))
+                items.append(
+                    make_item(self.project, self.agent, kind="approval", age=timedelta(minutes=n))
+                )
             elif n % 3 == 1:
-                items.append(make_item(self.project, self.agent, reason="retry_exhausted", contract=read,
-                                       tool="get_weather", age=timedelta(minutes=n)))
+                items.append(
+                    make_item(
+                        self.project,
+                        self.agent,
+                        reason="retry_exhausted",
+                        contract=read,
+                        tool="get_weather",
+                        age=timedelta(minutes=n),
+                    )
+                )
             else:
-                item = make_item(self.project, self.agent, reason="outcome_unknown", age=timedelta(minutes=n))
+                item = make_item(
+                    self.project, self.agent, reason="outcome_unknown", age=timedelta(minutes=n)
+                )
                 add_reconciled(item.call, found=False)
                 items.append(item)
         self.login("alice")
         failures: list[str] = []
-        self.page.on("response", lambda r: failures.append(f"{r.status} {r.request.method} {r.url}")
-                     if r.status >= 400 else None)
+        self.page.on(
+            "response",
+            lambda r: (
+                failures.append(f"{r.status} {r.request.method} {r.url}")
+                if r.status >= 400
+                else None
+            ),
+        )
         self.visit(f"/p/{self.project.slug}/review/")
         self.page.locator("table.queue tbody tr").nth(49).wait_for()
         self.snapshot("review-queue")
         self.page.locator("table.queue tbody tr").nth(49).wait_for()
         started = time.monotonic()
         for _ in range(150):
-            if not ReviewItem.objects.filter(project=self.project, status__in=["open", "claimed"]).exists():
+            if not ReviewItem.objects.filter(
+                project=self.project, status__in=["open", "claimed"]
+            ).exists():
                 break
             self.page.keyboard.press("j")
             selected = self.page.locator("tr[aria-selected=true]")
@@ -151,7 +182,12 @@ class ReviewBrowserTests(BrowserTestCase):
                 with self.page.expect_response(lambda r: "/claim/" in r.url, timeout=12_000):
                     self.page.keyboard.press("c")
                 self.wait_until_htmx_idle()  # the claimed row swapped in and settled
-                if self.page.locator(f"#{row_id}[aria-selected=true] button[data-key=a]:not([disabled])").count() == 0:
+                if (
+                    self.page.locator(
+                        f"#{row_id}[aria-selected=true] button[data-key=a]:not([disabled])"
+                    ).count()
+                    == 0
+                ):
                     continue
             # the answer swaps the row (or the 5 s refresh already dropped the decided row)
             try:
@@ -160,14 +196,20 @@ class ReviewBrowserTests(BrowserTestCase):
                     self.page.keyboard.press("a")
                 self.wait_until_htmx_idle()
                 self.page.wait_for_function(
-                    "id => !document.querySelector(`#${id} button[data-key=a]:not([disabled])`)", arg=row_id,
-                    timeout=12_000)
+                    "id => !document.querySelector(`#${id} button[data-key=a]:not([disabled])`)",
+                    arg=row_id,
+                    timeout=12_000,
+                )
             except Exception:
-                raise AssertionError(f"{row_id} stuck; failed responses: {failures}; "
-                                     f"{ReviewItem.objects.get(pk=int(row_id.split('-')[1])).status}")
+                raise AssertionError(
+                    f"{row_id} stuck; failed responses: {failures}; "
+                    f"{ReviewItem.objects.get(pk=int(row_id.split('-')[1])).status}"
+                )
         elapsed = time.monotonic() - started
         assert failures == []
-        assert not ReviewItem.objects.filter(project=self.project, status__in=["open", "claimed"]).exists()
+        assert not ReviewItem.objects.filter(
+            project=self.project, status__in=["open", "claimed"]
+        ).exists()
         assert ReviewItem.objects.filter(project=self.project, resolved_by=self.alice).count() == 50
         assert elapsed < 60, f"took {elapsed:.1f} s"
         self.screenshot("review-queue-cleared")
@@ -185,14 +227,18 @@ class ReviewBrowserTests(BrowserTestCase):
         self.page.keyboard.press("Escape")
         self.page.keyboard.press("j")
         self.page.keyboard.press("j")
-        assert self.page.locator("tr[aria-selected=true]").get_attribute("id") == f"item-{second.pk}"
+        assert (
+            self.page.locator("tr[aria-selected=true]").get_attribute("id") == f"item-{second.pk}"
+        )
         self.page.keyboard.press("x")
         assert self.page.locator(f"#item-{second.pk} input[type=checkbox]").is_checked()
         self.page.keyboard.press("c")
         self.page.locator(f"#item-{second.pk} .rowflash").wait_for()
         # the 5 s refresh keeps the selection and the checked box
         time.sleep(6)
-        assert self.page.locator("tr[aria-selected=true]").get_attribute("id") == f"item-{second.pk}"
+        assert (
+            self.page.locator("tr[aria-selected=true]").get_attribute("id") == f"item-{second.pk}"
+        )
         self.assert_no_console_errors()
         self.page.keyboard.press("?")
         self.screenshot("review-queue-help")
@@ -204,17 +250,27 @@ class ReviewBrowserTests(BrowserTestCase):
 
     def test_it_renders_the_item_page_in_dark_mode_with_an_override_in_red(self):
         item = make_item(self.project, self.agent, reason="outcome_unknown")
-        services.review_item_comment(item=item, user=self.bob, text="Customer says nothing arrived.")
-        services.review_item_decide(item=item, user=self.bob, decision="approve_retry", override=True,
-                                    reason="Checked the CRM by hand: no follow-up exists.")
+        services.review_item_comment(
+            item=item, user=self.bob, text="Customer says nothing arrived."
+        )
+        services.review_item_decide(
+            item=item,
+            user=self.bob,
+            decision="approve_retry",
+            override=True,
+            reason="Checked the CRM by hand: no follow-up exists.",
+        )
         approval = make_item(self.project, self.agent, kind="approval")
         self.page.emulate_media(color_scheme="dark")
         self.login("alice")
         self.visit(self.item_path(item))
         override = self.page.locator("table.audit tr.audit-override")
         assert "Checked the CRM by hand" in override.inner_text()
-        assert override.locator("td").first.evaluate("el => getComputedStyle(el).color") != \
-            self.page.locator("table.audit tr").nth(1).locator("td").first.evaluate("el => getComputedStyle(el).color")
+        assert override.locator("td").first.evaluate(
+            "el => getComputedStyle(el).color"
+        ) != self.page.locator("table.audit tr").nth(1).locator("td").first.evaluate(
+            "el => getComputedStyle(el).color"
+        )
         self.screenshot("review-item-dark")
         self.visit(f"/p/{self.project.slug}/review/?status=all")
         self.page.locator(f"#item-{approval.pk} [data-countdown]").wait_for()
@@ -225,25 +281,41 @@ class ReviewBrowserTests(BrowserTestCase):
     def test_it_dates_local_times_that_are_not_today(self):
         item = make_item(self.project, self.agent, reason="not_reconcilable")
         yesterday = timezone.now() - timedelta(days=1)
-        CallEvent.objects.filter(call=item.call).update(received_at=yesterday, occurred_at=yesterday)
-        CallEvent.objects.create(project=self.project, call=item.call, kind=CallEvent.Kind.ATTEMPT,
-                                 body={"type": "attempt", "attempt": 2, "outcome": "timeout", "sent": True},
-                                 occurred_at=timezone.now(), received_at=timezone.now())
-        ToolCall.objects.filter(pk=item.call_id).update(decision="approve_retry", decided_at=yesterday,
-                                                        decided_by=self.bob)
+        CallEvent.objects.filter(call=item.call).update(
+            received_at=yesterday, occurred_at=yesterday
+        )
+        CallEvent.objects.create(
+            project=self.project,
+            call=item.call,
+            kind=CallEvent.Kind.ATTEMPT,
+            body={"type": "attempt", "attempt": 2, "outcome": "timeout", "sent": True},
+            occurred_at=timezone.now(),
+            received_at=timezone.now(),
+        )
+        ToolCall.objects.filter(pk=item.call_id).update(
+            decision="approve_retry", decided_at=yesterday, decided_by=self.bob
+        )
         self.login("alice")
         self.visit(self.item_path(item))
         times = self.page.locator("ol.timeline time[data-local]")
-        self.page.wait_for_function("() => /, /.test(document.querySelector('ol.timeline time[data-local]').textContent)")
+        self.page.wait_for_function(
+            "() => /, /.test(document.querySelector('ol.timeline time[data-local]').textContent)"
+        )
         texts = times.all_inner_texts()
-        dated, clock = r"^\d{1,2} [A-Z][a-z]{2}, \d{2}:\d{2}:\d{2}$", r"^\d{2}:\d{2}:\d{2}$"  # en-GB, UTC
+        dated, clock = (
+            r"^\d{1,2} [A-Z][a-z]{2}, \d{2}:\d{2}:\d{2}$",
+            r"^\d{2}:\d{2}:\d{2}$",
+        )  # en-GB, UTC
         assert re.match(dated, texts[0]), texts  # yesterday's proposal: with its date, first
         assert all(re.match(clock, t) for t in texts[1:]), texts  # today's: the time alone
         assert times.first.get_attribute("title").endswith(" UTC")
-        decided = self.page.locator("dl.meta dd", has_text="approve_retry").locator("time[data-local]")
+        decided = self.page.locator("dl.meta dd", has_text="approve_retry").locator(
+            "time[data-local]"
+        )
         assert re.match(dated, decided.inner_text()), decided.inner_text()
         assert decided.inner_text() == self.page.evaluate(
-            "iso => window.callgate.localTime(new Date(iso))", yesterday.isoformat())
+            "iso => window.callgate.localTime(new Date(iso))", yesterday.isoformat()
+        )
         self.screenshot("review-item-dated-times")
         self.assert_no_console_errors()
 
@@ -268,7 +340,16 @@ class ReviewBrowserTests(BrowserTestCase):
         assert self.visible_help_keys() == ["c", "r", "o", "x", "m", "f", "n", "u", "?"]
         self.page.keyboard.press("c")
         self.page.get_by_text("Claimed. The claim lapses").wait_for()
-        assert self.visible_help_keys() == ["r", "o", "x", "m", "f", "n", "u", "?"]  # after the swap too
+        assert self.visible_help_keys() == [
+            "r",
+            "o",
+            "x",
+            "m",
+            "f",
+            "n",
+            "u",
+            "?",
+        ]  # after the swap too
         self.visit(self.item_path(approval))
         assert self.visible_help_keys() == ["c", "r", "a", "x", "e", "n", "u", "?"]
         self.page.keyboard.press("x")  # x rejects on the item page, as the help says
@@ -281,8 +362,13 @@ class ReviewBrowserTests(BrowserTestCase):
         self.visit(self.item_path(item))
         self.snapshot("review-item-before-confirm")  # leaves style="" on the inputs
         # an operator drags the comment box bigger: the browser sets its size as an inline style
-        self.page.locator("form.commentform textarea").evaluate("el => { el.style.height = '9rem'; }")
-        for key, label in (("x", "Reason (the agent reads it as the observation)"), ("f", "Reason")):
+        self.page.locator("form.commentform textarea").evaluate(
+            "el => { el.style.height = '9rem'; }"
+        )
+        for key, label in (
+            ("x", "Reason (the agent reads it as the observation)"),
+            ("f", "Reason"),
+        ):
             self.page.keyboard.press(key)
             reason = self.page.get_by_label(label, exact=True)
             reason.wait_for()

@@ -1,5 +1,6 @@
 """Two operators acting on one item at once: exactly one wins. Real concurrent transactions
 on PostgreSQL (one connection per thread); skipped on other databases."""
+
 from __future__ import annotations
 
 import threading
@@ -25,7 +26,9 @@ class ReviewConcurrentDecisionTests(TransactionTestCase):
         self.alice = User.objects.create_user("alice", password="x")
         self.bob = User.objects.create_user("bob", password="x")
         for user in (self.alice, self.bob):
-            Membership.objects.create(user=user, project=self.project, role=Membership.Role.OPERATOR)
+            Membership.objects.create(
+                user=user, project=self.project, role=Membership.Role.OPERATOR
+            )
         self.agent = Agent.objects.create(project=self.project, name="support-bot")
 
     def race(self, actions):
@@ -63,26 +66,36 @@ class ReviewConcurrentDecisionTests(TransactionTestCase):
         item = make_item(self.project, self.agent, reason="retry_exhausted")
         a = ReviewItem.objects.select_related("call__contract").get(pk=item.pk)
         b = ReviewItem.objects.select_related("call__contract").get(pk=item.pk)
-        outcomes = self.race([
-            lambda: services.review_item_decide(item=a, user=self.alice, decision="reject", reason="No."),
-            lambda: services.review_item_decide(item=b, user=self.bob, decision="mark_failed", reason="Broken."),
-        ])
+        outcomes = self.race(
+            [
+                lambda: services.review_item_decide(
+                    item=a, user=self.alice, decision="reject", reason="No."
+                ),
+                lambda: services.review_item_decide(
+                    item=b, user=self.bob, decision="mark_failed", reason="Broken."
+                ),
+            ]
+        )
         assert sorted(o == "won" for o in outcomes) == [False, True], outcomes
         loser = next(o for o in outcomes if o != "won")
         assert isinstance(loser, services.ReviewConflict) and "already decided" in str(loser)
         item.refresh_from_db()
         call = ToolCall.objects.get(pk=item.call_id)
         assert item.status == "resolved" and call.decision == item.resolution
-        assert ReviewAudit.objects.filter(item=item, action__in=["reject", "mark_failed"]).count() == 1
+        assert (
+            ReviewAudit.objects.filter(item=item, action__in=["reject", "mark_failed"]).count() == 1
+        )
         assert call.events.filter(kind="decision").count() == 1
 
     def test_it_lets_exactly_one_of_two_claims_win(self):
         item = make_item(self.project, self.agent)
         a = ReviewItem.objects.get(pk=item.pk)
         b = ReviewItem.objects.get(pk=item.pk)
-        outcomes = self.race([
-            lambda: services.review_item_claim(item=a, user=self.alice),
-            lambda: services.review_item_claim(item=b, user=self.bob),
-        ])
+        outcomes = self.race(
+            [
+                lambda: services.review_item_claim(item=a, user=self.alice),
+                lambda: services.review_item_claim(item=b, user=self.bob),
+            ]
+        )
         assert sorted(o == "won" for o in outcomes) == [False, True], outcomes
         assert ReviewAudit.objects.filter(item=item, action="claim").count() == 1

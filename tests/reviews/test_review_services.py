@@ -28,7 +28,12 @@ class ReviewItemOpenTests(BaseTestCase):
         item.refresh_from_db()
         assert item.status == "settled"
         row = item.audit.last()
-        assert (row.action, row.state_before, row.state_after, row.reason) == ("settled", "open", "settled", "late receipt")
+        assert (row.action, row.state_before, row.state_after, row.reason) == (
+            "settled",
+            "open",
+            "settled",
+            "late receipt",
+        )
 
 
 class ReviewClaimTests(BaseTestCase):
@@ -47,7 +52,9 @@ class ReviewClaimTests(BaseTestCase):
     def test_it_lets_a_lapsed_claim_be_taken_over(self):
         item = make_item(self.project, self.agent)
         services.review_item_claim(item=item, user=self.alice)
-        ReviewItem.objects.filter(pk=item.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        ReviewItem.objects.filter(pk=item.pk).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1)
+        )
         item.refresh_from_db()
         assert item.current_assignee_id() is None
         services.review_item_claim(item=item, user=self.bob)
@@ -57,7 +64,9 @@ class ReviewClaimTests(BaseTestCase):
     def test_it_lapses_idle_claims_periodically(self):
         item = make_item(self.project, self.agent)
         services.review_item_claim(item=item, user=self.alice)
-        ReviewItem.objects.filter(pk=item.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        ReviewItem.objects.filter(pk=item.pk).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1)
+        )
         assert services.review_leases_lapse() == 1
         item.refresh_from_db()
         assert (item.status, item.assignee) == ("open", None)
@@ -86,16 +95,27 @@ class ReviewClaimTests(BaseTestCase):
 class ReviewDecisionTests(BaseTestCase):
     def test_it_rejects_with_a_reason_that_becomes_the_observation(self):
         item = make_item(self.project, self.agent, reason="retry_exhausted")
-        services.review_item_decide(item=item, user=self.alice, decision="reject", reason="Customer cancelled.")
+        services.review_item_decide(
+            item=item, user=self.alice, decision="reject", reason="Customer cancelled."
+        )
         item.refresh_from_db()
         call = ToolCall.objects.get(pk=item.call_id)
-        assert (item.status, item.resolution, item.resolved_by) == ("resolved", "reject", self.alice)
+        assert (item.status, item.resolution, item.resolved_by) == (
+            "resolved",
+            "reject",
+            self.alice,
+        )
         assert call.decision == "reject" and call.decision_reason == "Customer cancelled."
         assert call.state in {"failed", "rejected"} and call.route == "stop"
         assert call.reason == "retry_exhausted"  # kept beside the decision
         row = item.audit.last()
         assert (row.action, row.actor, row.state_before, row.state_after, row.reason) == (
-            "reject", self.alice, "open", "resolved", "Customer cancelled.")
+            "reject",
+            self.alice,
+            "open",
+            "resolved",
+            "Customer cancelled.",
+        )
         assert row.call_state_before == "in_review"
         assert CallEvent.objects.filter(call=call, kind="decision", source="operator").exists()
 
@@ -132,28 +152,52 @@ class ReviewDecisionTests(BaseTestCase):
         assert services.approve_retry_guard(item.call)
 
     def test_it_allows_an_override_with_a_reason_and_marks_it(self):
-        item = make_item(self.project, self.agent, reason="not_reconcilable",
-                         contract=make_contract(self.project, "send_invoice", reconcile="none"), tool="send_invoice")
+        item = make_item(
+            self.project,
+            self.agent,
+            reason="not_reconcilable",
+            contract=make_contract(self.project, "send_invoice", reconcile="none"),
+            tool="send_invoice",
+        )
         try:
-            services.review_item_decide(item=item, user=self.alice, decision="approve_retry", override=True)
+            services.review_item_decide(
+                item=item, user=self.alice, decision="approve_retry", override=True
+            )
             raise AssertionError("an override needs a reason")
         except services.ReviewError:
             pass
-        services.review_item_decide(item=item, user=self.alice, decision="approve_retry", override=True,
-                                    reason="Checked the mailbox: nothing was sent.")
+        services.review_item_decide(
+            item=item,
+            user=self.alice,
+            decision="approve_retry",
+            override=True,
+            reason="Checked the mailbox: nothing was sent.",
+        )
         row = item.audit.last()
         assert row.override and row.action == "approve_retry"
 
     def test_it_does_not_guard_reads(self):
         contract = make_contract(self.project, "get_weather", effect="read", reconcile="none")
-        item = make_item(self.project, self.agent, reason="retry_exhausted", contract=contract, tool="get_weather")
+        item = make_item(
+            self.project,
+            self.agent,
+            reason="retry_exhausted",
+            contract=contract,
+            tool="get_weather",
+        )
         assert services.approve_retry_guard(item.call) == ""
 
     def test_it_marks_applied_with_a_receipt(self):
         item = make_item(self.project, self.agent)
-        services.review_item_decide(item=item, user=self.alice, decision="mark_applied", reason="Ticket exists.")
+        services.review_item_decide(
+            item=item, user=self.alice, decision="mark_applied", reason="Ticket exists."
+        )
         call = ToolCall.objects.get(pk=item.call_id)
-        assert call.receipt is not None and call.reason == "reconciled_applied" and call.state == "succeeded"
+        assert (
+            call.receipt is not None
+            and call.reason == "reconciled_applied"
+            and call.state == "succeeded"
+        )
 
     def test_it_approves_an_approval_request(self):
         item = make_item(self.project, self.agent, kind="approval")
@@ -167,7 +211,9 @@ class ReviewDecisionTests(BaseTestCase):
         ToolCall.objects.filter(pk=item.call_id).update(state="succeeded")
         item.call.refresh_from_db()
         try:
-            services.review_item_decide(item=item, user=self.alice, decision="mark_failed", reason="x")
+            services.review_item_decide(
+                item=item, user=self.alice, decision="mark_failed", reason="x"
+            )
             raise AssertionError
         except services.ReviewError:
             pass
@@ -180,7 +226,9 @@ class ReviewDecisionTests(BaseTestCase):
         stale = ReviewItem.objects.select_related("call").get(pk=item.pk)
         services.review_item_decide(item=item, user=self.alice, decision="reject", reason="No.")
         try:
-            services.review_item_decide(item=stale, user=self.bob, decision="mark_failed", reason="Broken.")
+            services.review_item_decide(
+                item=stale, user=self.bob, decision="mark_failed", reason="Broken."
+            )
             raise AssertionError
         except services.ReviewConflict as exc:
             assert "alice already decided" in str(exc)
@@ -198,8 +246,12 @@ class ApprovalTimeoutTests(BaseTestCase):
         assert item.audit.last().action == "extend"
 
     def test_it_expires_overdue_approvals_never_approving(self):
-        item = make_item(self.project, self.agent, kind="approval", approval_in=timedelta(seconds=-5))
-        ReviewItem.objects.filter(pk=item.pk).update(approval_expires_at=timezone.now() - timedelta(seconds=5))
+        item = make_item(
+            self.project, self.agent, kind="approval", approval_in=timedelta(seconds=-5)
+        )
+        ReviewItem.objects.filter(pk=item.pk).update(
+            approval_expires_at=timezone.now() - timedelta(seconds=5)
+        )
         assert services.review_items_expire() == 1
         item.refresh_from_db()
         call = ToolCall.objects.get(pk=item.call_id)
@@ -213,8 +265,12 @@ class ReviewAuditTests(BaseTestCase):
         item = make_item(self.project, self.agent)
         row = item.audit.get()
         row.reason = "changed"
-        for attempt in (lambda: row.save(), lambda: row.delete(), lambda: ReviewAudit.objects.update(reason="x"),
-                        lambda: ReviewAudit.objects.filter(pk=row.pk).delete()):
+        for attempt in (
+            lambda: row.save(),
+            lambda: row.delete(),
+            lambda: ReviewAudit.objects.update(reason="x"),
+            lambda: ReviewAudit.objects.filter(pk=row.pk).delete(),
+        ):
             try:
                 attempt()
                 raise AssertionError("must refuse")
@@ -232,16 +288,25 @@ class ReviewBulkTests(BaseTestCase):
     def test_it_rejects_in_bulk_and_counts_conflicts(self):
         items = [make_item(self.project, self.agent) for _ in range(3)]
         services.review_item_decide(item=items[0], user=self.bob, decision="reject", reason="No.")
-        result = services.review_items_bulk(project=self.project, user=self.alice, action="reject",
-                                            items=ReviewItem.objects.filter(pk__in=[i.pk for i in items]),
-                                            reason="Burst of duplicates.")
+        result = services.review_items_bulk(
+            project=self.project,
+            user=self.alice,
+            action="reject",
+            items=ReviewItem.objects.filter(pk__in=[i.pk for i in items]),
+            reason="Burst of duplicates.",
+        )
         # items[0] is closed: the CAS finds nothing to change (conflict)
         assert (result.done, result.conflicts) == (2, 1)
 
     def test_it_ignores_items_of_another_project(self):
         foreign = make_item(self.other_project, self.other_agent)
-        result = services.review_items_bulk(project=self.project, user=self.alice, action="reject",
-                                            items=ReviewItem.objects.filter(pk=foreign.pk), reason="x")
+        result = services.review_items_bulk(
+            project=self.project,
+            user=self.alice,
+            action="reject",
+            items=ReviewItem.objects.filter(pk=foreign.pk),
+            reason="x",
+        )
         assert result.total == 0
         foreign.refresh_from_db()
         assert foreign.status == "open"
@@ -259,18 +324,27 @@ class ReviewBulkOpenSettleTests(BaseTestCase):
     def test_it_settles_many_items_and_expires_approvals(self):
         escalated = make_item(self.project, self.agent)
         approval = make_item(self.project, self.agent, kind="approval")
-        ToolCall.objects.filter(pk=approval.call_id).update(reason="approval_expired", state="failed")
+        ToolCall.objects.filter(pk=approval.call_id).update(
+            reason="approval_expired", state="failed"
+        )
         approval.call.refresh_from_db()
         closed = services.review_items_settle_bulk(
             calls=[escalated.call, approval.call],
-            note_by_call={escalated.call_id: "late receipt", approval.call_id: "approval timed out"})
+            note_by_call={
+                escalated.call_id: "late receipt",
+                approval.call_id: "approval timed out",
+            },
+        )
         assert closed == 2
         escalated.refresh_from_db()
         approval.refresh_from_db()
         assert (escalated.status, escalated.resolution_reason) == ("settled", "late receipt")
         assert approval.status == "expired"
-        assert list(ReviewAudit.objects.filter(action__in=["settled", "expired"]).order_by("item_id")
-                    .values_list("action", flat=True)) == ["settled", "expired"]
+        assert list(
+            ReviewAudit.objects.filter(action__in=["settled", "expired"])
+            .order_by("item_id")
+            .values_list("action", flat=True)
+        ) == ["settled", "expired"]
 
 
 class ReviewHousekeepingTaskTests(BaseTestCase):
@@ -279,9 +353,13 @@ class ReviewHousekeepingTaskTests(BaseTestCase):
 
         claimed = make_item(self.project, self.agent)
         services.review_item_claim(item=claimed, user=self.alice)
-        ReviewItem.objects.filter(pk=claimed.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        ReviewItem.objects.filter(pk=claimed.pk).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1)
+        )
         approval = make_item(self.project, self.agent, kind="approval")
-        ReviewItem.objects.filter(pk=approval.pk).update(approval_expires_at=timezone.now() - timedelta(seconds=1))
+        ReviewItem.objects.filter(pk=approval.pk).update(
+            approval_expires_at=timezone.now() - timedelta(seconds=1)
+        )
         assert review_housekeeping.delay().get() == {"lapsed": 1, "expired": 1}
         assert review_housekeeping.delay().get() == {"lapsed": 0, "expired": 0}  # idempotent
 
@@ -290,35 +368,57 @@ class ApproveRetryGuardFreshnessTests(BaseTestCase):
     """Only a reconciliation newer than the call's latest attempt proves that attempt absent."""
 
     def put_unreconcilable_write(self) -> None:
-        response = self.api().put("/api/v1/tools/send_invoice", {
-            "description": "Send an invoice to a customer.", "effect": "write", "idempotent": False,
-            "reconcilable": False, "max_attempts": 3, "max_reasks": 1,
-            "parameters": {"type": "object", "properties": {"invoice_id": {"type": "string"}}},
-        }, format="json")
+        response = self.api().put(
+            "/api/v1/tools/send_invoice",
+            {
+                "description": "Send an invoice to a customer.",
+                "effect": "write",
+                "idempotent": False,
+                "reconcilable": False,
+                "max_attempts": 3,
+                "max_reasks": 1,
+                "parameters": {"type": "object", "properties": {"invoice_id": {"type": "string"}}},
+            },
+            format="json",
+        )
         assert response.status_code in (200, 201)
 
     def post_event(self, type_: str, **fields) -> dict:
-        response = self.api().post("/api/v1/events", make_event(type_, operation_id="op-guard-1", **fields), format="json")
+        response = self.api().post(
+            "/api/v1/events", make_event(type_, operation_id="op-guard-1", **fields), format="json"
+        )
         assert response.status_code == 200, response.json()
         return response.json()["results"][0]
 
     def test_it_requires_an_override_again_after_the_approved_retry_times_out(self):
         self.put_unreconcilable_write()
-        gate = self.api().post("/api/v1/calls", {"format": "plain", "operation_id": "op-guard-1",
-                                                 "call": {"tool": "send_invoice", "arguments": {"invoice_id": "I-1"}}},
-                               format="json")
+        gate = self.api().post(
+            "/api/v1/calls",
+            {
+                "format": "plain",
+                "operation_id": "op-guard-1",
+                "call": {"tool": "send_invoice", "arguments": {"invoice_id": "I-1"}},
+            },
+            format="json",
+        )
         assert gate.json()["verdict"] == "allow"
-        self.post_event("attempt", sent=True, outcome="timeout", http_status=None, error="timed out")
+        self.post_event(
+            "attempt", sent=True, outcome="timeout", http_status=None, error="timed out"
+        )
         self.post_event("reconciled", found=False, matches=False)
         first = ReviewItem.objects.get(call__operation_id="op-guard-1", status="open")
         services.review_item_decide(item=first, user=self.alice, decision="approve_retry")
 
-        self.post_event("attempt", sent=True, outcome="timeout", http_status=None, error="timed out again")
+        self.post_event(
+            "attempt", sent=True, outcome="timeout", http_status=None, error="timed out again"
+        )
         second = ReviewItem.objects.get(call__operation_id="op-guard-1", status="open")
         assert second.pk != first.pk and second.call.reason in services.UNKNOWN_OUTCOME_REASONS
         assert services.reconciled_absent(second.call) is False
         assert "reconciliation that found nothing" in services.approve_retry_guard(second.call)
-        row = queue_items(project=self.project, filters=QueueFilters(), user=self.alice).get(pk=second.pk)
+        row = queue_items(project=self.project, filters=QueueFilters(), user=self.alice).get(
+            pk=second.pk
+        )
         assert row.has_absent is False
         assert services.queue_approve_action(row)[1]
         try:
@@ -331,7 +431,9 @@ class ApproveRetryGuardFreshnessTests(BaseTestCase):
         self.post_event("reconciled", found=False, matches=False)  # a fresh look-up counts again
         second.call.refresh_from_db()
         assert services.reconciled_absent(second.call) is True
-        row = queue_items(project=self.project, filters=QueueFilters(), user=self.alice).get(pk=second.pk)
+        row = queue_items(project=self.project, filters=QueueFilters(), user=self.alice).get(
+            pk=second.pk
+        )
         assert row.has_absent is True
 
     def test_it_orders_events_received_at_the_same_instant_by_id(self):
@@ -339,8 +441,14 @@ class ApproveRetryGuardFreshnessTests(BaseTestCase):
         at = timezone.now()
 
         def add(kind: str, body: dict) -> CallEvent:
-            return CallEvent.objects.create(project_id=item.project_id, call=item.call, kind=kind, body=body,
-                                            occurred_at=at, received_at=at)
+            return CallEvent.objects.create(
+                project_id=item.project_id,
+                call=item.call,
+                kind=kind,
+                body=body,
+                occurred_at=at,
+                received_at=at,
+            )
 
         add(CallEvent.Kind.ATTEMPT, {"type": "attempt", "outcome": "timeout", "sent": True})
         add(CallEvent.Kind.RECONCILED, {"type": "reconciled", "found": False, "matches": False})

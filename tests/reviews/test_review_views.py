@@ -33,8 +33,13 @@ class ReviewPageTestCase(BaseTestCase):
 
 class ReviewQueuePageTests(ReviewPageTestCase):
     def test_it_lists_open_items_most_urgent_first(self):
-        old_low = make_item(self.project, self.agent, reason="authentication_failed", tool="sync_crm",
-                            age=timedelta(hours=3))
+        old_low = make_item(
+            self.project,
+            self.agent,
+            reason="authentication_failed",
+            tool="sync_crm",
+            age=timedelta(hours=3),
+        )
         urgent = make_item(self.project, self.agent, kind="approval")
         self.login(self.alice)
         response = self.client.get(self.queue_url())
@@ -53,7 +58,10 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         response = self.client.get(self.queue_url("tool=get_weather"))
         assert response.context["page"].paginator.count == 1
         facets = dict(response.context["facets"]["tool"])
-        assert facets == {"create_follow_up": 2, "get_weather": 1}  # the tool facet ignores the tool filter
+        assert facets == {
+            "create_follow_up": 2,
+            "get_weather": 1,
+        }  # the tool facet ignores the tool filter
         assert dict(response.context["facets"]["reason"]) == {"retry_exhausted": 1}
 
     def test_it_links_similar_items(self):
@@ -69,10 +77,14 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         free = make_item(self.project, self.agent)
         services.review_item_claim(item=mine, user=self.alice)
         services.review_item_claim(item=lapsed, user=self.bob)
-        ReviewItem.objects.filter(pk=lapsed.pk).update(lease_expires_at=lapsed.claimed_at - timedelta(seconds=1))
+        ReviewItem.objects.filter(pk=lapsed.pk).update(
+            lease_expires_at=lapsed.claimed_at - timedelta(seconds=1)
+        )
         self.login(self.alice)
         me = self.client.get(self.queue_url("assignee=me")).context["page"].object_list
-        unassigned = self.client.get(self.queue_url("assignee=unassigned")).context["page"].object_list
+        unassigned = (
+            self.client.get(self.queue_url("assignee=unassigned")).context["page"].object_list
+        )
         assert [i.pk for i in me] == [mine.pk]
         assert {i.pk for i in unassigned} == {lapsed.pk, free.pk}
 
@@ -88,27 +100,47 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         self.login(self.alice)
         seen = (old.created_at + timedelta(minutes=1)).isoformat()
         new = make_item(self.project, self.agent)
-        response = self.client.get(self.queue_url(), {"seen": seen, "ids": [str(old.pk)]}, HTTP_HX_TARGET="queue-table",
-                                   **HTMX)
+        response = self.client.get(
+            self.queue_url(),
+            {"seen": seen, "ids": [str(old.pk)]},
+            HTTP_HX_TARGET="queue-table",
+            **HTMX,
+        )
         body = response.content.decode()
         assert "<html" not in body and 'id="queue-table"' in body
         assert f'id="item-{new.pk}" data-row data-href="{self.item_url(new)}" class="new' in body
-        assert f'value="{old.pk}" form="bulk" data-keep aria-label="Select item {old.pk}" checked' in body
+        assert (
+            f'value="{old.pk}" form="bulk" data-keep aria-label="Select item {old.pk}" checked'
+            in body
+        )
 
     def test_it_reads_a_seen_time_without_offset_as_utc_and_ignores_an_invalid_one(self):
         old = make_item(self.project, self.agent, age=timedelta(minutes=5))
         new = make_item(self.project, self.agent)
         self.login(self.alice)
-        naive_utc = (old.created_at + timedelta(minutes=1)).astimezone(dt_timezone.utc).replace(tzinfo=None)
+        naive_utc = (
+            (old.created_at + timedelta(minutes=1)).astimezone(dt_timezone.utc).replace(tzinfo=None)
+        )
         for seen in (naive_utc.isoformat(), "2026-01-01T00:00:00"):
-            response = self.client.get(self.queue_url(), {"seen": seen}, HTTP_HX_TARGET="queue-table", **HTMX)
+            response = self.client.get(
+                self.queue_url(), {"seen": seen}, HTTP_HX_TARGET="queue-table", **HTMX
+            )
             assert response.status_code == 200
-        body = self.client.get(self.queue_url(), {"seen": naive_utc.isoformat()}, HTTP_HX_TARGET="queue-table",
-                               **HTMX).content.decode()
+        body = self.client.get(
+            self.queue_url(), {"seen": naive_utc.isoformat()}, HTTP_HX_TARGET="queue-table", **HTMX
+        ).content.decode()
         assert f'id="item-{new.pk}" data-row data-href="{self.item_url(new)}" class="new' in body
         assert f'id="item-{old.pk}" data-row data-href="{self.item_url(old)}" class=""' in body
-        for seen in ("2026-13-01T00:00:00Z", "2026-02-30T00:00:00", "2026-01-01T25:00:00+00:00", "yesterday", "x" * 500):
-            response = self.client.get(self.queue_url(), {"seen": seen}, HTTP_HX_TARGET="queue-table", **HTMX)
+        for seen in (
+            "2026-13-01T00:00:00Z",
+            "2026-02-30T00:00:00",
+            "2026-01-01T25:00:00+00:00",
+            "yesterday",
+            "x" * 500,
+        ):
+            response = self.client.get(
+                self.queue_url(), {"seen": seen}, HTTP_HX_TARGET="queue-table", **HTMX
+            )
             assert response.status_code == 200, seen
             assert 'class="new' not in response.content.decode()
             assert self.client.get(self.queue_url(), {"seen": seen}).status_code == 200
@@ -117,7 +149,9 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         item = make_item(self.project, self.agent, reason="not_reconcilable")
         approval = make_item(self.project, self.agent, kind="approval")
         # the call moved on (a reconciliation found nothing); the item keeps the reason it was opened for
-        ToolCall.objects.filter(pk=item.call_id).update(reason="reconciled_absent", category="reconciliation")
+        ToolCall.objects.filter(pk=item.call_id).update(
+            reason="reconciled_absent", category="reconciliation"
+        )
         ToolCall.objects.filter(pk=approval.call_id).update(category="")
         self.login(self.alice)
         body = self.client.get(self.queue_url()).content.decode()
@@ -125,7 +159,10 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         assert '<span class="badge cat-approval">approval_pending</span>' in body
         assert "cat-reconciliation" not in body
         page = self.client.get(self.item_url(item)).content.decode()
-        assert 'class="badge cat-reconciliation" title="current reason of the call">reconciled_absent</span>' in page
+        assert (
+            'class="badge cat-reconciliation" title="current reason of the call">reconciled_absent</span>'
+            in page
+        )
 
     def test_it_says_when_the_queue_is_empty(self):
         self.login(self.alice)
@@ -162,9 +199,15 @@ class ReviewQueuePageTests(ReviewPageTestCase):
                 make_item(self.project, self.agent, tool=f"tool_{ReviewItem.objects.count() % 3}")
             with CaptureQueriesContext(connection) as queries:
                 self.client.get(self.queue_url(), HTTP_HX_TARGET="queue-table", **HTMX)
-            ours = [q["sql"] for q in queries.captured_queries
-                    if 'FROM "reviews_reviewitem"' in q["sql"] and 'COUNT(*) AS "__count" FROM "reviews_reviewitem" WHERE' not in q["sql"]]
-            assert len(ours) == 2, ours  # the page's count and its rows (the navigation's count is the core's)
+            ours = [
+                q["sql"]
+                for q in queries.captured_queries
+                if 'FROM "reviews_reviewitem"' in q["sql"]
+                and 'COUNT(*) AS "__count" FROM "reviews_reviewitem" WHERE' not in q["sql"]
+            ]
+            assert len(ours) == 2, (
+                ours
+            )  # the page's count and its rows (the navigation's count is the core's)
             totals.append(len(queries.captured_queries))
         assert totals[0] == totals[1]
 
@@ -173,22 +216,33 @@ class ReviewBulkViewTests(ReviewPageTestCase):
     def test_it_rejects_checked_rows(self):
         a, b, c = (make_item(self.project, self.agent) for _ in range(3))
         self.login(self.alice)
-        response = self.client.post(reverse("reviews:bulk", args=["acme"]),
-                                    {"action": "reject", "ids": [a.pk, b.pk], "preset": services.REJECT_PRESETS[0]},
-                                    **HTMX)
+        response = self.client.post(
+            reverse("reviews:bulk", args=["acme"]),
+            {"action": "reject", "ids": [a.pk, b.pk], "preset": services.REJECT_PRESETS[0]},
+            **HTMX,
+        )
         assert response.status_code == 200
         assert "2 done" in response.content.decode()
-        assert set(ReviewItem.objects.filter(status="resolved").values_list("pk", flat=True)) == {a.pk, b.pk}
+        assert set(ReviewItem.objects.filter(status="resolved").values_list("pk", flat=True)) == {
+            a.pk,
+            b.pk,
+        }
         assert ToolCall.objects.get(pk=a.call_id).decision_reason == services.REJECT_PRESETS[0]
 
     def test_it_acts_on_all_items_matching_the_filter_at_execution(self):
-        weather = [make_item(self.project, self.agent, tool="get_weather", reason="retry_exhausted") for _ in range(3)]
+        weather = [
+            make_item(self.project, self.agent, tool="get_weather", reason="retry_exhausted")
+            for _ in range(3)
+        ]
         other = make_item(self.project, self.agent, tool="create_follow_up")
         self.login(self.alice)
-        late = make_item(self.project, self.agent, tool="get_weather", reason="retry_exhausted")  # after page load
-        response = self.client.post(reverse("reviews:bulk", args=["acme"]),
-                                    {"action": "assign", "all_matching": "1", "tool": "get_weather",
-                                     "assignee": "bob"})
+        late = make_item(
+            self.project, self.agent, tool="get_weather", reason="retry_exhausted"
+        )  # after page load
+        response = self.client.post(
+            reverse("reviews:bulk", args=["acme"]),
+            {"action": "assign", "all_matching": "1", "tool": "get_weather", "assignee": "bob"},
+        )
         assert response.status_code == 302
         assigned = set(ReviewItem.objects.filter(assignee=self.bob).values_list("pk", flat=True))
         assert assigned == {i.pk for i in weather} | {late.pk}
@@ -197,8 +251,10 @@ class ReviewBulkViewTests(ReviewPageTestCase):
     def test_it_forbids_viewers(self):
         item = make_item(self.project, self.agent)
         self.login(self.victor)
-        response = self.client.post(reverse("reviews:bulk", args=["acme"]), {"action": "reject", "ids": [item.pk],
-                                                                              "reason": "x"})
+        response = self.client.post(
+            reverse("reviews:bulk", args=["acme"]),
+            {"action": "reject", "ids": [item.pk], "reason": "x"},
+        )
         assert response.status_code == 403
 
 
@@ -210,7 +266,7 @@ class ReviewItemPageTests(ReviewPageTestCase):
         assert item.call.operation_id in body
         assert "create_follow_up v1" in body and "lint 82" in body
         assert "&quot;•••&quot;" in body and "redacted" in body and "card_number" in body
-        assert 'data-local' in body  # timeline in local time, UTC on hover
+        assert "data-local" in body  # timeline in local time, UTC on hover
         assert "Approve retry needs a reconciliation that found nothing" in body
         assert 'data-key="c"' in body and 'data-key="x"' in body
 
@@ -220,11 +276,22 @@ class ReviewItemPageTests(ReviewPageTestCase):
         body = self.client.get(self.item_url(item)).content.decode()
         assert 'role="toolbar"' not in body and "Claim</button>" not in body
         for name in ("reviews:claim", "reviews:reconcile", "reviews:decide", "reviews:comment"):
-            assert self.client.post(self.item_url(item, name), {"decision": "reject", "reason": "x"}).status_code == 403
+            assert (
+                self.client.post(
+                    self.item_url(item, name), {"decision": "reject", "reason": "x"}
+                ).status_code
+                == 403
+            )
 
     def test_it_disables_reconcile_without_an_http_method_and_says_why(self):
         contract = make_contract(self.project, "send_invoice", reconcile="none")
-        item = make_item(self.project, self.agent, contract=contract, tool="send_invoice", reason="not_reconcilable")
+        item = make_item(
+            self.project,
+            self.agent,
+            contract=contract,
+            tool="send_invoice",
+            reason="not_reconcilable",
+        )
         self.login(self.alice)
         body = self.client.get(self.item_url(item)).content.decode()
         assert 'data-key="r" disabled' in body
@@ -238,7 +305,9 @@ class ReviewItemPageTests(ReviewPageTestCase):
         response = self.client.post(self.item_url(item, "reviews:claim"), **HTMX)
         assert response.status_code == 200 and "Claimed" in response.content.decode()
         add_reconciled(item.call, found=False)
-        response = self.client.post(self.item_url(item, "reviews:decide"), {"decision": "approve_retry"}, **HTMX)
+        response = self.client.post(
+            self.item_url(item, "reviews:decide"), {"decision": "approve_retry"}, **HTMX
+        )
         assert response.status_code == 200
         assert "Retry approved" in response.content.decode()
         assert ToolCall.objects.get(pk=item.call_id).decision == "approve_retry"
@@ -246,9 +315,12 @@ class ReviewItemPageTests(ReviewPageTestCase):
     def test_it_answers_409_with_the_current_state_when_someone_else_decided(self):
         item = make_item(self.project, self.agent)
         self.login(self.alice)
-        services.review_item_decide(item=item, user=self.bob, decision="mark_failed", reason="Target is down for good.")
-        response = self.client.post(self.item_url(item, "reviews:decide"), {"decision": "reject", "reason": "No."},
-                                    **HTMX)
+        services.review_item_decide(
+            item=item, user=self.bob, decision="mark_failed", reason="Target is down for good."
+        )
+        response = self.client.post(
+            self.item_url(item, "reviews:decide"), {"decision": "reject", "reason": "No."}, **HTMX
+        )
         assert response.status_code == 409
         body = response.content.decode()
         assert "bob already decided this item (mark_failed)" in body
@@ -257,15 +329,20 @@ class ReviewItemPageTests(ReviewPageTestCase):
     def test_it_opens_the_inline_reason_form(self):
         item = make_item(self.project, self.agent)
         self.login(self.alice)
-        body = self.client.get(self.item_url(item) + "?confirm=reject", HTTP_HX_TARGET="item", **HTMX).content.decode()
+        body = self.client.get(
+            self.item_url(item) + "?confirm=reject", HTTP_HX_TARGET="item", **HTMX
+        ).content.decode()
         assert 'class="confirm' in body and 'name="reason" autofocus' in body
         assert "confirm(" not in body
 
     def test_it_records_an_override_in_red(self):
         item = make_item(self.project, self.agent)
         self.login(self.alice)
-        response = self.client.post(self.item_url(item, "reviews:decide"),
-                                    {"decision": "approve_retry", "override": "on", "reason": "Checked: absent."}, **HTMX)
+        response = self.client.post(
+            self.item_url(item, "reviews:decide"),
+            {"decision": "approve_retry", "override": "on", "reason": "Checked: absent."},
+            **HTMX,
+        )
         assert response.status_code == 200
         assert 'class="audit-override"' in response.content.decode()
 
@@ -278,7 +355,9 @@ class ReviewItemPageTests(ReviewPageTestCase):
         assert 'hx-trigger="every 1s"' in response.content.decode()
         status_url = self.item_url(item, "reviews:reconcile-status") + "?polling=1"
         pending = self.client.get(status_url, **HTMX)
-        assert "Looking the operation up" in pending.content.decode() and "HX-Trigger" not in pending
+        assert (
+            "Looking the operation up" in pending.content.decode() and "HX-Trigger" not in pending
+        )
         # the worker runs callgate.tasks.reconcile_call; the target answers 404
         target = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(404)))
         with mock.patch("callgate.reconcile.make_client", return_value=target):
@@ -293,23 +372,31 @@ class ReviewItemPageTests(ReviewPageTestCase):
         item = make_item(self.project, self.agent)
         self.login(self.alice)
         target = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(401)))
-        with mock.patch("callgate.reconcile.make_client", return_value=target), \
-                self.captureOnCommitCallbacks(execute=True):
+        with (
+            mock.patch("callgate.reconcile.make_client", return_value=target),
+            self.captureOnCommitCallbacks(execute=True),
+        ):
             self.client.post(self.item_url(item, "reviews:reconcile"), **HTMX)
-        body = self.client.get(self.item_url(item, "reviews:reconcile-status"), **HTMX).content.decode()
+        body = self.client.get(
+            self.item_url(item, "reviews:reconcile-status"), **HTMX
+        ).content.decode()
         assert "could not tell" in body
         assert services.approve_retry_guard(ToolCall.objects.get(pk=item.call_id))
 
     def test_it_comments(self):
         item = make_item(self.project, self.agent)
         self.login(self.bob)
-        response = self.client.post(self.item_url(item, "reviews:comment"), {"text": "Calling the customer."}, **HTMX)
+        response = self.client.post(
+            self.item_url(item, "reviews:comment"), {"text": "Calling the customer."}, **HTMX
+        )
         assert "Calling the customer." in response.content.decode()
 
     def test_it_exports_the_audit_trail_as_csv(self):
         item = make_item(self.project, self.agent)
         services.review_item_claim(item=item, user=self.alice)
-        services.review_item_decide(item=item, user=self.alice, decision="reject", reason="=HYPERLINK(1)")
+        services.review_item_decide(
+            item=item, user=self.alice, decision="reject", reason="=HYPERLINK(1)"
+        )
         self.login(self.maria)
         response = self.client.get(self.item_url(item, "reviews:audit-csv"))
         rows = list(csv.reader(io.StringIO(response.content.decode())))
@@ -322,10 +409,18 @@ class ReviewItemPageTests(ReviewPageTestCase):
         item = make_item(self.project, self.agent)
         for name in ("=cmd", "+mallory", "-trudy", "@eve"):
             user = make_user(name)
-            Membership.objects.create(user=user, project=self.project, role=Membership.Role.OPERATOR)
+            Membership.objects.create(
+                user=user, project=self.project, role=Membership.Role.OPERATOR
+            )
             services.review_item_comment(item=item, user=user, text="-1+2")
         self.login(self.maria)
-        rows = list(csv.reader(io.StringIO(self.client.get(self.item_url(item, "reviews:audit-csv")).content.decode())))
+        rows = list(
+            csv.reader(
+                io.StringIO(
+                    self.client.get(self.item_url(item, "reviews:audit-csv")).content.decode()
+                )
+            )
+        )
         assert [r[1] for r in rows[2:]] == ["'=cmd", "'+mallory", "'-trudy", "'@eve"]
         assert {r[7] for r in rows[2:]} == {"'-1+2"}
         assert all(not cell.startswith(("=", "+", "-", "@")) for r in rows[1:] for cell in r)
@@ -334,8 +429,9 @@ class ReviewItemPageTests(ReviewPageTestCase):
         item = make_item(self.project, self.agent, kind="approval")
         services.review_item_claim(item=item, user=self.alice)
         self.login(self.alice)
-        response = self.client.post(self.item_url(item, "reviews:decide"), {"decision": "approve", "from": "queue"},
-                                    **HTMX)
+        response = self.client.post(
+            self.item_url(item, "reviews:decide"), {"decision": "approve", "from": "queue"}, **HTMX
+        )
         body = response.content.decode()
         assert response.status_code == 200 and body.lstrip().startswith("<tr")
         assert "Approved" in body
@@ -345,13 +441,15 @@ class ReviewItemPageTests(ReviewPageTestCase):
         self.login(self.alice)
         row = f'id="item-{item.pk}"'
         body = self.client.get(self.queue_url()).content.decode()
-        button = body[body.index(row):].split('data-key="a"', 1)[1].split(">", 1)[0]
+        button = body[body.index(row) :].split('data-key="a"', 1)[1].split(">", 1)[0]
         assert " disabled " in button and "Claim it first" in button
         decide = self.item_url(item, "reviews:decide")
         response = self.client.post(decide, {"decision": "approve", "from": "queue"}, **HTMX)
         assert response.status_code == 422 and "Claim it first" in response.content.decode()
         services.review_item_claim(item=ReviewItem.objects.get(pk=item.pk), user=self.bob)
-        response = self.client.post(decide, {"decision": "approve", "from": "queue"}, **HTMX)  # bob's claim
+        response = self.client.post(
+            decide, {"decision": "approve", "from": "queue"}, **HTMX
+        )  # bob's claim
         assert response.status_code == 422
         assert ToolCall.objects.get(pk=item.call_id).state == "pending_approval"
         assert ReviewItem.objects.get(pk=item.pk).status == "claimed"
@@ -364,4 +462,9 @@ class ReviewItemPageTests(ReviewPageTestCase):
         assert response.status_code == 200 and "Approved" in response.content.decode()
         # the item page approves without a claim: the operator sees the arguments there
         other = make_item(self.project, self.agent, kind="approval")
-        assert self.client.post(self.item_url(other, "reviews:decide"), {"decision": "approve"}, **HTMX).status_code == 200
+        assert (
+            self.client.post(
+                self.item_url(other, "reviews:decide"), {"decision": "approve"}, **HTMX
+            ).status_code
+            == 200
+        )

@@ -14,8 +14,9 @@ from tests.reviews.fixtures import make_item
 
 class DecisionWebhookTests(BaseTestCase):
     def setUp(self):
-        Agent.objects.filter(pk=self.agent.pk).update(webhook_url="https://agent.example/hooks/callgate",
-                                                      webhook_secret="s3cret")
+        Agent.objects.filter(pk=self.agent.pk).update(
+            webhook_url="https://agent.example/hooks/callgate", webhook_secret="s3cret"
+        )
         self.agent.refresh_from_db()
         self.received: list[httpx.Request] = []
 
@@ -33,7 +34,9 @@ class DecisionWebhookTests(BaseTestCase):
 
     def decide(self, item):
         with self.captureOnCommitCallbacks(execute=True):
-            services.review_item_decide(item=item, user=self.alice, decision="reject", reason="Not for this customer.")
+            services.review_item_decide(
+                item=item, user=self.alice, decision="reject", reason="Not for this customer."
+            )
 
     def test_it_posts_a_signed_decision(self):
         item = make_item(self.project, self.agent)
@@ -44,22 +47,45 @@ class DecisionWebhookTests(BaseTestCase):
         body = request.content.decode()
         payload = json.loads(body)
         assert payload["operation_id"] == item.call.operation_id
-        assert (payload["decision"], payload["reason"], payload["decided_by"]) == ("reject", "Not for this customer.", "alice")
+        assert (payload["decision"], payload["reason"], payload["decided_by"]) == (
+            "reject",
+            "Not for this customer.",
+            "alice",
+        )
         ts = request.headers["X-Callgate-Timestamp"]
-        assert request.headers["X-Callgate-Signature"] == webhooks.webhook_sign(secret="s3cret", timestamp=int(ts), body=body)
-        assert webhooks.webhook_verify(secret="s3cret", timestamp=ts, body=body,
-                                       signature=request.headers["X-Callgate-Signature"])
-        assert not webhooks.webhook_verify(secret="wrong", timestamp=ts, body=body,
-                                           signature=request.headers["X-Callgate-Signature"])
+        assert request.headers["X-Callgate-Signature"] == webhooks.webhook_sign(
+            secret="s3cret", timestamp=int(ts), body=body
+        )
+        assert webhooks.webhook_verify(
+            secret="s3cret",
+            timestamp=ts,
+            body=body,
+            signature=request.headers["X-Callgate-Signature"],
+        )
+        assert not webhooks.webhook_verify(
+            secret="wrong",
+            timestamp=ts,
+            body=body,
+            signature=request.headers["X-Callgate-Signature"],
+        )
         delivery = WebhookDelivery.objects.get()
-        assert (delivery.attempt, delivery.status_code, delivery.ok, delivery.item_id) == (1, 200, True, item.pk)
+        assert (delivery.attempt, delivery.status_code, delivery.ok, delivery.item_id) == (
+            1,
+            200,
+            True,
+            item.pk,
+        )
 
     def test_it_retries_with_backoff_and_logs_each_attempt(self):
         item = make_item(self.project, self.agent)
-        with mock.patch.object(webhooks, "TRANSPORT", self.transport([503, None, 204])), \
-                mock.patch("reviews.tasks.random.uniform", return_value=0.0) as jitter:
+        with (
+            mock.patch.object(webhooks, "TRANSPORT", self.transport([503, None, 204])),
+            mock.patch("reviews.tasks.random.uniform", return_value=0.0) as jitter,
+        ):
             self.decide(item)
-        rows = list(WebhookDelivery.objects.order_by("attempt").values_list("attempt", "status_code", "ok"))
+        rows = list(
+            WebhookDelivery.objects.order_by("attempt").values_list("attempt", "status_code", "ok")
+        )
         assert rows == [(1, 503, False), (2, None, False), (3, 204, True)]
         assert "ConnectError" in WebhookDelivery.objects.get(attempt=2).error
         # full jitter over an exponentially growing window: uniform(0, base * 2**n)
@@ -68,8 +94,10 @@ class DecisionWebhookTests(BaseTestCase):
 
     def test_it_gives_up_after_the_last_attempt(self):
         item = make_item(self.project, self.agent)
-        with mock.patch.object(webhooks, "TRANSPORT", self.transport([500] * 10)), \
-                mock.patch("reviews.tasks.random.uniform", return_value=0.0):
+        with (
+            mock.patch.object(webhooks, "TRANSPORT", self.transport([500] * 10)),
+            mock.patch("reviews.tasks.random.uniform", return_value=0.0),
+        ):
             self.decide(item)
         assert WebhookDelivery.objects.count() == webhooks.WEBHOOK_MAX_ATTEMPTS
         assert not WebhookDelivery.objects.filter(ok=True).exists()
@@ -83,8 +111,10 @@ class DecisionWebhookTests(BaseTestCase):
 
     def test_it_shows_deliveries_on_the_item_page(self):
         item = make_item(self.project, self.agent)
-        with mock.patch.object(webhooks, "TRANSPORT", self.transport([502, 200])), \
-                mock.patch("reviews.tasks.random.uniform", return_value=0.0):
+        with (
+            mock.patch.object(webhooks, "TRANSPORT", self.transport([502, 200])),
+            mock.patch("reviews.tasks.random.uniform", return_value=0.0),
+        ):
             self.decide(item)
         self.client.force_login(self.alice)
         body = self.client.get(f"/p/acme/review/{item.pk}/").content.decode()

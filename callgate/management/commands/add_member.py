@@ -11,11 +11,19 @@ class Command(BaseCommand):
         parser.add_argument("project", help="project slug")
         parser.add_argument("username")
         parser.add_argument("role", choices=Membership.Role.values)
-        parser.add_argument("--password", help="create the user with this password if it does not exist")
+        parser.add_argument(
+            "--password", help="create the user with this password if it does not exist"
+        )
 
-    def handle(self, *args, project: str, username: str, role: str, password: str | None, **options):
+    def handle(
+        self, *args, project: str, username: str, role: str, password: str | None, **options
+    ):
         try:
-            membership = services.membership_set(project_slug=project, username=username, role=role, password=password)
+            membership = services.membership_set(
+                project_slug=project, username=username, role=role, password=password
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(f"{membership.user.get_username()} is {membership.role} in {membership.project.slug}")
+        self.stdout.write(
+            f"{membership.user.get_username()} is {membership.role} in {membership.project.slug}"
+        )

@@ -1,6 +1,7 @@
 """Recompute the report rollups from the calls: after an installation, an upgrade, or a
 change made without ``updated_at``. Safe to run while the system is live (each bucket is
 recomputed atomically, serialised with the periodic refresh)."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone as dt_timezone
@@ -16,7 +17,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--project", help="Project slug (default: every project).")
-        parser.add_argument("--since", help="ISO date or date-time (UTC unless an offset is given).")
+        parser.add_argument(
+            "--since", help="ISO date or date-time (UTC unless an offset is given)."
+        )
 
     def handle(self, *args, project=None, since=None, **options):
         project_id = None
@@ -30,7 +33,9 @@ class Command(BaseCommand):
             try:
                 since_at = datetime.fromisoformat(since.replace("z", "Z"))
             except ValueError:
-                raise CommandError(f"--since must be an ISO date or date-time, got {since!r}.") from None
+                raise CommandError(
+                    f"--since must be an ISO date or date-time, got {since!r}."
+                ) from None
             if since_at.tzinfo is None:
                 since_at = since_at.replace(tzinfo=dt_timezone.utc)
 
@@ -38,7 +43,11 @@ class Command(BaseCommand):
 
         def progress(done: int, total: int, bucket) -> None:
             if verbosity >= 1 and (done == total or done % 100 == 0 or verbosity >= 2):
-                self.stdout.write(f"{done}/{total} buckets ({done * 100 // total}%) · last {bucket[1]:%Y-%m-%d %H:00}Z")
+                self.stdout.write(
+                    f"{done}/{total} buckets ({done * 100 // total}%) · last {bucket[1]:%Y-%m-%d %H:00}Z"
+                )
 
         result = rollups_rebuild(project_id=project_id, since=since_at, progress=progress)
-        self.stdout.write(self.style.SUCCESS(f"Done: {result['buckets']} buckets, {result['rows']} rollup rows."))
+        self.stdout.write(
+            self.style.SUCCESS(f"Done: {result['buckets']} buckets, {result['rows']} rollup rows.")
+        )

@@ -1,4 +1,5 @@
 """``manage.py classify PATH``: replay a case file offline (``shared/cases/README.md``)."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,10 @@ from callgate.replay import read_cases, replay_case
 
 
 class Command(BaseCommand):
-    help = ("Replay a file of tool-call cases (JSON lines) through callgate's ingest path and print one JSON line "
-            "per case: {id, reason, category, route, observation}. Nothing is stored. '-' reads standard input.")
+    help = (
+        "Replay a file of tool-call cases (JSON lines) through callgate's ingest path and print one JSON line "
+        "per case: {id, reason, category, route, observation}. Nothing is stored. '-' reads standard input."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("path", help="a JSON-lines case file, or - for standard input")

@@ -15,4 +15,6 @@ class Command(BaseCommand):
             project, created = services.project_create(slug=slug, name=name or slug)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(f"{'Created' if created else 'Exists'}: project {project.slug} ({project.name})")
+        self.stdout.write(
+            f"{'Created' if created else 'Exists'}: project {project.slug} ({project.name})"
+        )
