@@ -33,7 +33,7 @@ import sys
 import time
 import uuid
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -57,10 +57,10 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 
-from callgate.wsgi import application  # noqa: E402  (the server's start-up, including its gc.freeze())
 from callgate.auth import api_key_issue  # noqa: E402
 from callgate.ingest import inbox_drain  # noqa: E402
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall  # noqa: E402
+from callgate.wsgi import application  # noqa: E402  (the server's start-up, including its gc.freeze())
 
 BATCH = 500
 TOOLS = {
@@ -99,7 +99,7 @@ TOOLS = {
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 def envelope(type_: str, **fields) -> dict:

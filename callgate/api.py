@@ -232,7 +232,7 @@ class EventsIngestApi(APIView):
                 events=[e for _, e in valid],
                 may_decide=principal.api_key.can_decide,
             )
-            for (index, event), outcome in zip(valid, outcomes):
+            for (index, event), outcome in zip(valid, outcomes, strict=True):
                 counts[outcome.status] += 1
                 errors = (
                     [

@@ -112,7 +112,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed(
                 "Authorization header must be ASCII: 'Bearer <api key>'."
-            )
+            ) from None
         parts = text.split()
         if len(parts) != 2 or parts[0].lower() != "bearer":
             raise exceptions.AuthenticationFailed(

@@ -1058,7 +1058,7 @@ class Fleet:
 
     def plan(self, calls: int) -> list[str]:
         names = list(self.COVERAGE)
-        pool, weights = zip(*self.MIX.items())
+        pool, weights = zip(*self.MIX.items(), strict=True)
         while len(names) < calls:
             names.append(self.rng.choices(pool, weights=weights)[0])
         head, tail = names[: len(self.COVERAGE)], names[len(self.COVERAGE) :]
@@ -1151,7 +1151,7 @@ def _fleet(
     public_url: str,
     run_tag: str,
     **client_options: Any,
-) -> "Fleet":
+) -> Fleet:
     """A fleet of SDK clients (one per demo agent, in-process, on virtual time) with the demo's
     contracts registered; look-up URLs point at the simulator under ``public_url``."""
     from django.contrib.auth import get_user_model
@@ -1257,7 +1257,7 @@ def demo_trickle(
         run_tag=f"t-{uuid.uuid4().hex[:6]}",
     )
     clients = fleet.clients
-    pool, weights = zip(*Fleet.MIX.items())
+    pool, weights = zip(*Fleet.MIX.items(), strict=True)
     with reconcile_through(sim):
         while not stop.wait(interval):
             name = rng.choices(pool, weights=weights)[0]

@@ -24,10 +24,11 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import psycopg
 import rfc8785
@@ -50,13 +51,13 @@ from callgate.models import (
 from callgate.providers import normalise
 from callgate.schemas import (
     EVENT_ADAPTER,
+    MAX_CLOCK_SKEW,
     ApprovalExpiredEvent,
     AttemptEvent,
     DecisionEvent,
     DeniedEvent,
     ProposedEvent,
     ReceiptEvent,
-    MAX_CLOCK_SKEW,
     ReconciledEvent,
 )
 from callgate.taxonomy import REASK_REASONS, Reason, Route
@@ -1091,7 +1092,9 @@ def _drain_chunk(project_id: int, *, bound: int) -> int:
             while end < len(rows) and rows[end].agent_id == rows[start].agent_id:
                 end += 1
             for row, outcome in zip(
-                rows[start:end], _apply_rows(project, agents[rows[start].agent_id], rows[start:end])
+                rows[start:end],
+                _apply_rows(project, agents[rows[start].agent_id], rows[start:end]),
+                strict=False,
             ):
                 if outcome.status == "rejected":
                     row.status, row.errors = InboxEvent.Status.REJECTED, outcome.errors
@@ -1150,7 +1153,7 @@ def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[
                 applied.append(
                     Outcome(status="rejected", errors=[{"loc": "", "msg": APPLY_FAILED}])
                 )
-    for position, outcome in zip(positions, applied):
+    for position, outcome in zip(positions, applied, strict=True):
         outcomes[position] = outcome
     return outcomes  # type: ignore[return-value]
 

@@ -176,6 +176,9 @@ class AgentTool(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "name"], name="agenttool_unique")]
 
+    def __str__(self) -> str:
+        return f"{self.name} ({self.agent_id})"
+
 
 class ToolCall(models.Model):
     """One operation: everything callgate knows about one tool call, keyed by operation ID."""
@@ -310,6 +313,9 @@ class CallEvent(models.Model):
             models.Index(fields=["project", "received_at"], name="callevent_retention"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.kind} {self.event_id}"
+
 
 class InboxEvent(models.Model):
     """An event ``POST /api/v1/events`` accepted and stored, waiting to be applied.
@@ -354,6 +360,9 @@ class InboxEvent(models.Model):
             models.Index(fields=["project", "status", "id"], name="inboxevent_drain"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.event_id} ({self.status})"
+
 
 class RequestBudget(models.Model):
     """Re-asks used per request and tool (the contract's ``max_reasks`` budget)."""
@@ -369,6 +378,9 @@ class RequestBudget(models.Model):
                 fields=["project", "request_id", "tool_name"], name="requestbudget_unique"
             ),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.request_id}/{self.tool_name}: {self.reasks_used}"
 
 
 class CallRollup(models.Model):
@@ -398,3 +410,6 @@ class CallRollup(models.Model):
             # report queries: one project over a time range
             models.Index(fields=["project", "bucket"], name="callrollup_project_bucket"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.bucket:%Y-%m-%d %H}h {self.tool_name} {self.reason}: {self.calls}"

@@ -192,7 +192,7 @@ def argument_differences(expected: Any, actual: Any, path: str = "$") -> list[st
         return found
     if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
         found = []
-        for index, (left, right) in enumerate(zip(expected, actual)):
+        for index, (left, right) in enumerate(zip(expected, actual, strict=True)):
             found += argument_differences(left, right, f"{path}[{index}]")
         return found
     return [] if _canonical(expected) == _canonical(actual) else [path]

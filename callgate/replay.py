@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Iterator, TextIO
+from collections.abc import Iterator
+from typing import TextIO
 
 from django.db import transaction
 from django.utils import timezone

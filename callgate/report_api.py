@@ -9,7 +9,7 @@ date-time, UTC unless an offset is given), ``granularity`` (hour/day/week), ``to
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer

@@ -11,8 +11,8 @@ turns them into tables and chart data.
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 from urllib.parse import urlencode
 
 from django.http import Http404, HttpRequest, HttpResponse
@@ -126,7 +126,7 @@ def table(
     return {
         "name": name,
         "title": title,
-        "columns": [{"label": l, "num": n} for l, n in columns],
+        "columns": [{"label": label, "num": n} for label, n in columns],
         "rows": rows,
         "foot": foot,
     }
@@ -970,7 +970,7 @@ def _view(section: str):
         return _report_page(request, section)
 
     view.__name__ = f"report_{section}"
-    view.__doc__ = f"Reports: {dict((k, l) for k, l, _ in SECTIONS)[section]}."
+    view.__doc__ = f"Reports: {dict((k, label) for k, label, _ in SECTIONS)[section]}."
     return view
 
 

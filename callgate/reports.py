@@ -14,9 +14,9 @@ optional ``tool`` / ``agent_id``. Nothing here crosses projects.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone as dt_timezone
-from typing import Mapping
+from datetime import UTC, date, datetime, time, timedelta
 
 from django.apps import apps
 from django.db.models import Count, Q, Sum
@@ -27,7 +27,7 @@ from callgate.models import Agent, CallRollup, Project, ToolCall, ToolContract
 from callgate.rollups import hour_floor
 from callgate.taxonomy import TABLE, Category, Reason, Route
 
-UTC = dt_timezone.utc
+UTC = UTC
 GRANULARITIES = ("hour", "day", "week")
 STEP = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
 #: Most buckets one time series may have (hour over 31 days, day over ~2 years).
@@ -478,7 +478,7 @@ def report_duplicates(*, project: Project, f: ReportFilters) -> dict:
         "calls_with_reason": sum(r["calls"] for r in per_tool),
         "periods": [
             {"since": iso(s), "until": iso(e), "prevented": n}
-            for (s, e), n in zip(spans, prevented)
+            for (s, e), n in zip(spans, prevented, strict=True)
         ],
         "rows": [
             {"tool": r["tool_name"], "prevented": r["prevented"], "calls": r["calls"]}

@@ -36,8 +36,8 @@ older (a new installation, a purge) run ``manage.py backfill_rollups``.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone as dt_timezone
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 
 from celery import shared_task
 from django.core.cache import cache
@@ -63,7 +63,7 @@ Bucket = tuple[int, datetime]  # (project_id, start of the UTC hour)
 
 def hour_floor(moment: datetime) -> datetime:
     """The start of the UTC hour ``moment`` falls in (aware, UTC)."""
-    return moment.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0)
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
 def _lock_bucket(project_id: int, bucket: datetime) -> None:
@@ -118,7 +118,7 @@ def touched_buckets(*, changed_since: datetime, project_id: int | None = None) -
     if project_id is not None:
         calls = calls.filter(project_id=project_id)
     rows = (
-        calls.annotate(hour=TruncHour("created_at", tzinfo=dt_timezone.utc))
+        calls.annotate(hour=TruncHour("created_at", tzinfo=UTC))
         .values_list("project_id", "hour")
         .distinct()
         .order_by("project_id", "hour")
@@ -169,7 +169,7 @@ def rollups_rebuild(
         rollups = rollups.filter(bucket__gte=hour_floor(since))
     buckets: set[Bucket] = {
         (pid, hour_floor(hour))
-        for pid, hour in calls.annotate(hour=TruncHour("created_at", tzinfo=dt_timezone.utc))
+        for pid, hour in calls.annotate(hour=TruncHour("created_at", tzinfo=UTC))
         .values_list("project_id", "hour")
         .distinct()
         .order_by()

@@ -9,8 +9,8 @@ rejected) except where JSON has no native type: ``event_id`` (UUID) and ``occurr
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any, Literal, Union
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
 
@@ -51,7 +51,7 @@ def _rfc3339_text(value: Any) -> Any:
 Rfc3339 = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text)]
 #: How far in the future an event's time may lie (clock skew), and the earliest time accepted.
 MAX_CLOCK_SKEW = timedelta(days=1)
-EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class Envelope(_Strict):
@@ -126,15 +126,13 @@ class ApprovalExpiredEvent(Envelope):
 
 
 Event = Annotated[
-    Union[
-        ProposedEvent,
-        AttemptEvent,
-        DeniedEvent,
-        ReconciledEvent,
-        ReceiptEvent,
-        DecisionEvent,
-        ApprovalExpiredEvent,
-    ],
+    ProposedEvent
+    | AttemptEvent
+    | DeniedEvent
+    | ReconciledEvent
+    | ReceiptEvent
+    | DecisionEvent
+    | ApprovalExpiredEvent,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -38,7 +38,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -238,7 +238,7 @@ class ToolFailure(Exception):
 
 
 def now_rfc3339(clock: Callable[[], float] = time.time) -> str:
-    return datetime.fromtimestamp(clock(), timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(clock(), UTC).isoformat().replace("+00:00", "Z")
 
 
 def canonical_json(value: Any) -> str:

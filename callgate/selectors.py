@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
@@ -96,7 +96,7 @@ class Cursor:
         """The cursor ``raw`` names, or None when it is not one of ours."""
         try:
             micros, pk = raw.split(".", 1)
-            created_at = datetime.fromtimestamp(int(micros) / 1_000_000, tz=dt_timezone.utc)
+            created_at = datetime.fromtimestamp(int(micros) / 1_000_000, tz=UTC)
             return cls(created_at=created_at, id=int(pk))
         except (ValueError, OverflowError, OSError):
             return None

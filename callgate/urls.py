@@ -13,7 +13,6 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from callgate import report_views, views
 
-
 project_patterns = [
     path("", views.overview, name="overview"),
     path("calls/", views.calls, name="calls"),

@@ -252,7 +252,7 @@ def contract_detail(request: HttpRequest, name: str) -> HttpResponse:
     versions = selectors.contract_versions(project=request.project, name=name)
     if not versions:
         raise Http404("No such contract in this project.")
-    pairs = list(zip(versions, versions[1:] + [None]))
+    pairs = list(zip(versions, versions[1:] + [None], strict=True))
     return render(
         request,
         "callgate/contract_detail.html",

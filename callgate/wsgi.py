@@ -13,5 +13,5 @@ application = get_wsgi_application()
 # out of the garbage collector's sight (``gc.freeze``, Python 3.7+): its full collections no
 # longer walk the long-lived module objects during requests. Measured on the ingest path of
 # bench/ingest.py: about 8 of 45 µs per event were collections.
-get_resolver().url_patterns
+_ = get_resolver().url_patterns
 gc.freeze()

@@ -43,7 +43,7 @@ class QueueFilters:
     NAMES = ("tool", "reason", "agent", "age", "assignee", "status")
 
     @classmethod
-    def from_query(cls, query) -> "QueueFilters":
+    def from_query(cls, query) -> QueueFilters:
         values = {name: (query.get(name) or "").strip()[:128] for name in cls.NAMES}
         if values["age"] not in AGE_CHOICES:
             values["age"] = ""

@@ -9,7 +9,7 @@ possible. Without htmx, actions redirect back with a message.
 from __future__ import annotations
 
 import csv
-from datetime import timezone as dt_timezone
+from datetime import UTC
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
@@ -56,7 +56,7 @@ def _parse_seen(value: str | None):
     if seen is None:
         return None
     if timezone.is_naive(seen):
-        seen = timezone.make_aware(seen, dt_timezone.utc)
+        seen = timezone.make_aware(seen, UTC)
     return seen
 
 

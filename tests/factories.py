@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -46,7 +46,7 @@ def make_event(type_: str, **fields) -> dict:
     """An API event envelope: a fresh event_id, occurred_at now, plus the body fields."""
     return {
         "event_id": str(uuid.uuid4()),
-        "occurred_at": datetime.now(dt_timezone.utc).isoformat(),
+        "occurred_at": datetime.now(UTC).isoformat(),
         "type": type_,
         **fields,
     }

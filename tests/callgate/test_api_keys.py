@@ -35,7 +35,7 @@ def all_text_cells() -> list[tuple[str, str, str]]:
             ]
             cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
             for row in cursor.fetchall():
-                for column, value in zip(columns, row):
+                for column, value in zip(columns, row, strict=True):
                     if value is None:
                         continue
                     text = (

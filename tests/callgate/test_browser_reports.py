@@ -9,8 +9,8 @@ from datetime import timedelta
 from django.utils import timezone
 
 from callgate.models import Agent
-from reviews.models import ReviewItem
 from callgate.rollups import hour_floor, rollups_rebuild
+from reviews.models import ReviewItem
 from tests.browser_support import BrowserTestCase, artifact_path
 from tests.callgate.test_reports import make_contracts, seed_calls
 
@@ -88,7 +88,7 @@ class BrowserReportsTests(BrowserTestCase):
             # script errors and CSP violations show as console errors; 404s are checked by URL below
             page.on(
                 "console",
-                lambda msg: (
+                lambda msg, errors=errors: (
                     errors.append(msg.text)
                     if msg.type == "error" and not msg.text.startswith("Failed to load resource")
                     else None
@@ -96,13 +96,13 @@ class BrowserReportsTests(BrowserTestCase):
             )
             page.on(
                 "response",
-                lambda r: (
+                lambda r, errors=errors: (
                     errors.append(f"{r.status} {r.url}")
                     if r.status >= 400 and not r.url.endswith("/favicon.ico")
                     else None
                 ),
             )
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
             for name, path in PAGES:
                 response = page.goto(f"{self.live_server_url}/p/acme/reports/{path}")
                 assert response.status == 200, (name, response.status)

@@ -341,5 +341,8 @@ class ConcurrentDrainTests(TransactionTestCase):
             thread.join()
         assert errors == []
         forward, backward = answers["forward"], answers["backward"][::-1]
-        assert all(sorted([a, b]) == ["accepted", "duplicate"] for a, b in zip(forward, backward))
+        assert all(
+            sorted([a, b]) == ["accepted", "duplicate"]
+            for a, b in zip(forward, backward, strict=True)
+        )
         assert InboxEvent.objects.filter(project=project).count() == len(events)

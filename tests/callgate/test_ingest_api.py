@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from unittest import skipUnless
 
 from django.db import connection
@@ -145,9 +145,7 @@ class IngestTests(BaseTestCase):
 
     def test_it_rejects_implausible_event_times_naming_the_field_and_keeps_the_rest(self):
         good = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
-        soon = (
-            datetime.now(timezone.utc) + timedelta(hours=23)
-        ).isoformat()  # within the skew allowed
+        soon = (datetime.now(UTC) + timedelta(hours=23)).isoformat()  # within the skew allowed
         skewed = {**proposal("get_weather", {"city": "Rome"}, request_id="r2"), "occurred_at": soon}
         times = {
             "2126-01-01T00:00:00Z": "in the future",
@@ -167,7 +165,9 @@ class IngestTests(BaseTestCase):
         assert [r["status"] for r in results] == ["accepted", "accepted"] + ["rejected"] * len(
             times
         )
-        for index, (result, words) in enumerate(zip(results[2:], times.values()), start=2):
+        for index, (result, words) in enumerate(
+            zip(results[2:], times.values(), strict=True), start=2
+        ):
             assert result["errors"][0]["loc"] == f"events[{index}].occurred_at"
             assert words in result["errors"][0]["msg"]
         assert not InboxEvent.objects.filter(event_id__in=[e["event_id"] for e in bad]).exists()

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from callgate.lint import CODES, Finding, LintReport, lint_contract
 from tests.factories import CASES_FILE, load_cases
 
-
 GOOD_DESCRIPTION = (
     "Create a follow-up task on a support ticket and return its id. Use it when the "
     "customer is promised a call back."

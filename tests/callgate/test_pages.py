@@ -78,9 +78,9 @@ class CallsListTests(BaseTestCase):
         other_agent = self.project.agents.create(name="travel-bot")
         make_call(other_agent, reason="outcome_unknown", state="reconciling")
         cases = {
-            "reason=outcome_unknown&agent=%d" % self.agent.pk: [target],
+            f"reason=outcome_unknown&agent={self.agent.pk}": [target],
             "category=unknown_outcome&tool=create_follow_up": [target],
-            "route=reconcile&agent=%d" % self.agent.pk: [target],
+            f"route=reconcile&agent={self.agent.pk}": [target],
             "state=reconciling&tool=create_follow_up": [target],
         }
         for query, expected in cases.items():

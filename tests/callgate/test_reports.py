@@ -6,7 +6,7 @@ import csv
 import io
 import random
 import uuid
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlparse
 
 from django.apps import apps
@@ -18,7 +18,7 @@ from callgate.taxonomy import Reason
 from tests.callgate.test_rollups import make_call
 from tests.factories import BaseTestCase
 
-UTC = dt_timezone.utc
+UTC = UTC
 T0 = datetime(2026, 3, 2, 0, tzinfo=UTC)  # a Monday
 
 
@@ -46,7 +46,7 @@ def seed_calls(
         Reason.TOOL_ERROR: 2,
         Reason.CONFLICT: 1,
     }
-    population, w = zip(*weights.items())
+    population, w = zip(*weights.items(), strict=True)
     calls = []
     for _ in range(n):
         reason = rng.choices(population, w)[0]
@@ -586,7 +586,9 @@ class ReportFindingsTests(ReportFixture):
         except LookupError:
             return
         now = T0 + timedelta(days=3)
-        for status, call in zip(("settled", "expired"), self.direct(reason="outcome_unknown")[:2]):
+        for status, call in zip(
+            ("settled", "expired"), self.direct(reason="outcome_unknown")[:2], strict=True
+        ):
             ReviewItem.objects.create(
                 project=self.project,
                 call=call,

@@ -6,7 +6,7 @@ import io
 import random
 import threading
 import uuid
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 from django.core.cache import cache
 from django.core.management import call_command
@@ -204,7 +204,7 @@ class RollupsTests(BaseTestCase):
         assert len(entries) == 1 and entries[0]["schedule"] == 60.0
 
     def test_it_backfills_with_progress_and_drops_emptied_buckets(self):
-        base = datetime(2026, 1, 5, 10, tzinfo=dt_timezone.utc)
+        base = datetime(2026, 1, 5, 10, tzinfo=UTC)
         for i in range(3):
             make_call(project=self.project, agent=self.agent, created_at=base + timedelta(hours=i))
         make_call(project=self.other_project, agent=self.other_agent, created_at=base)

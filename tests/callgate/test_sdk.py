@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import threading
 import time
 from collections import deque
 from pathlib import Path
-
-import tempfile
 
 import httpx
 from django.test import SimpleTestCase

@@ -231,7 +231,7 @@ class ProjectObjectTenancyTests(TenancyFixtureMixin, BaseTestCase):
 
     def test_it_does_not_change_another_projects_objects(self):
         self.client.force_login(self.admin_a)
-        for route, params, name in self.object_routes():
+        for route, params, _name in self.object_routes():
             values = {p: self.value_for(p, conv) for p, conv in params.items()}
             for project in (self.other_project, self.project):
                 path = fill(route, {**values, "project": project.slug})

@@ -200,11 +200,11 @@ class ReviewBrowserTests(BrowserTestCase):
                     arg=row_id,
                     timeout=12_000,
                 )
-            except Exception:
+            except Exception as exc:
                 raise AssertionError(
                     f"{row_id} stuck; failed responses: {failures}; "
                     f"{ReviewItem.objects.get(pk=int(row_id.split('-')[1])).status}"
-                )
+                ) from exc
         elapsed = time.monotonic() - started
         assert failures == []
         assert not ReviewItem.objects.filter(

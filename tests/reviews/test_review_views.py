@@ -2,18 +2,15 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import timedelta
-from datetime import timezone as dt_timezone
-
+from datetime import UTC, timedelta
 from unittest import mock
 
 import httpx
 from django.urls import reverse
 
-from callgate.models import ToolCall
+from callgate.models import Membership, ToolCall
 from reviews import services
 from reviews.models import ReviewItem
-from callgate.models import Membership
 from tests.factories import BaseTestCase, make_user
 from tests.reviews.fixtures import add_reconciled, make_contract, make_item
 
@@ -118,9 +115,7 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         old = make_item(self.project, self.agent, age=timedelta(minutes=5))
         new = make_item(self.project, self.agent)
         self.login(self.alice)
-        naive_utc = (
-            (old.created_at + timedelta(minutes=1)).astimezone(dt_timezone.utc).replace(tzinfo=None)
-        )
+        naive_utc = (old.created_at + timedelta(minutes=1)).astimezone(UTC).replace(tzinfo=None)
         for seen in (naive_utc.isoformat(), "2026-01-01T00:00:00"):
             response = self.client.get(
                 self.queue_url(), {"seen": seen}, HTTP_HX_TARGET="queue-table", **HTMX

@@ -4,7 +4,7 @@ recomputed atomically, serialised with the periodic refresh)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -37,7 +37,7 @@ class Command(BaseCommand):
                     f"--since must be an ISO date or date-time, got {since!r}."
                 ) from None
             if since_at.tzinfo is None:
-                since_at = since_at.replace(tzinfo=dt_timezone.utc)
+                since_at = since_at.replace(tzinfo=UTC)
 
         verbosity = options.get("verbosity", 1)
 
