@@ -58,7 +58,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 
 from callgate.auth import api_key_issue  # noqa: E402
-from callgate.ingest import inbox_drain  # noqa: E402
+from callgate.inbox import inbox_drain  # noqa: E402
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall  # noqa: E402
 from callgate.wsgi import application  # noqa: E402  (the server's start-up, including its gc.freeze())
 

@@ -22,7 +22,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from callgate import providers, services
 from callgate.auth import AgentPrincipal
-from callgate.ingest import APPLY_FAILED, call_answer, event_answer, events_receive, inbox_drain
+from callgate.inbox import APPLY_FAILED, event_answer, events_receive, inbox_drain
+from callgate.ingest import call_answer
 from callgate.models import ToolCall
 from callgate.schemas import (
     EVENT_ADAPTER,

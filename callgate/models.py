@@ -321,7 +321,7 @@ class InboxEvent(models.Model):
     """An event ``POST /api/v1/events`` accepted and stored, waiting to be applied.
 
     Ingest only validates the envelope (pydantic) and stores it here with one statement per
-    batch; ``callgate.ingest.inbox_drain`` applies pending rows in ``id`` order per project
+    batch; ``callgate.inbox.inbox_drain`` applies pending rows in ``id`` order per project
     (Celery task, enqueued after the insert; a beat sweep picks up anything left) and deletes
     them: an applied event lives on as its ``CallEvent``. An event the rules refuse (unknown
     call, a transition its call's state does not allow) stays here as ``rejected`` with

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from callgate import services
-from callgate.ingest import event_answer, events_receive, inbox_drain
+from callgate.inbox import event_answer, events_receive, inbox_drain
 from callgate.models import Agent, Project
 from callgate.providers import normalise
 from callgate.schemas import EVENT_ADAPTER, ContractIn

@@ -58,7 +58,7 @@ class Envelope(_Strict):
     """Fields every event carries: identity, time, and the correlation keys of its call.
 
     ``occurred_at`` is checked here for form (an RFC 3339 string with a UTC offset, after
-    2000) and, when the event is received, for clock skew (``callgate.ingest.events_receive``:
+    2000) and, when the event is received, for clock skew (``callgate.inbox.events_receive``:
     at most ``MAX_CLOCK_SKEW`` ahead, checked once per batch's clock reading)."""
 
     event_id: UUID = Field(

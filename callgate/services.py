@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from callgate.classification import schema_problems
-from callgate.ingest import arguments_digest, derive_operation_id, events_apply, redact
+from callgate.ingest import events_apply
 from callgate.lifecycle import IllegalTransition
 from callgate.lint import lint_contract
 from callgate.models import (
@@ -28,6 +28,7 @@ from callgate.models import (
 )
 from callgate.schemas import ApprovalExpiredEvent, ContractIn, DecisionEvent, ReconciledEvent
 from callgate.taxonomy import Reason, Route, category_of
+from callgate.wire import arguments_digest, derive_operation_id, redact
 
 
 def project_create(*, slug: str, name: str) -> tuple[Project, bool]:

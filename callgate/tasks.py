@@ -1,7 +1,7 @@
 """Celery tasks of the core app. Tasks take ids, stay thin, and call services.
 
 - ``drain_inbox(project_id)``: apply the events ``POST /api/v1/events`` stored in the inbox,
-  in arrival order (``callgate.ingest.inbox_drain``); enqueued after each batch.
+  in arrival order (``callgate.inbox.inbox_drain``); enqueued after each batch.
 - ``reconcile_call(call_id)``: look a ``reconciling`` call up in its target and record the
   outcome (``callgate.reconcile`` does the look-up, ``callgate.services`` the writes).
 - Periodic (``CELERY_BEAT_SCHEDULE`` in settings), each idempotent and bounded per run:
@@ -28,7 +28,7 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from callgate.ingest import inbox_drain
+from callgate.inbox import inbox_drain
 from callgate.models import CallEvent, InboxEvent, Project, ToolCall
 from callgate.reconcile import UNKNOWN, LookupResult, reconcile_calls_claim_stale, reconcile_lookup
 from callgate.rollups import refresh_rollups  # noqa: F401  (defined beside the rollup code; beat: refresh-rollups)

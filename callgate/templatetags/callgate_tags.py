@@ -11,8 +11,8 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from callgate.ingest import REDACTED  # what ingest stores in place of a sensitive value
 from callgate.taxonomy import Category, Reason, category_of
+from callgate.wire import REDACTED  # what ingest stores in place of a sensitive value
 
 register = template.Library()
 

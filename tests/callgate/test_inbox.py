@@ -13,8 +13,8 @@ from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from callgate import ingest, tasks
-from callgate.ingest import event_answer, events_receive, inbox_drain
+from callgate import inbox, ingest, tasks
+from callgate.inbox import event_answer, events_receive, inbox_drain
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall
 from callgate.schemas import EVENT_ADAPTER
 from tests.callgate.test_ingest_api import FOLLOW_UP, WEATHER, proposal
@@ -143,7 +143,7 @@ class InboxTests(BaseTestCase):
                 assert inbox_drain(self.project.pk) == 2 * n
             return len(queries)
 
-        assert count(2, 0) == count(ingest.DRAIN_CHUNK // 2, 100)
+        assert count(2, 0) == count(inbox.DRAIN_CHUNK // 2, 100)
 
     def test_a_rule_refusal_stays_in_the_inbox_and_does_not_block_later_events(self):
         orphan = make_event("attempt", operation_id="op_missing", sent=True, outcome="success")
@@ -185,12 +185,12 @@ class InboxTests(BaseTestCase):
         self.receive(events)
         with (
             mock.patch.object(ingest, "_apply_once", failing),
-            self.assertLogs("callgate.ingest", "ERROR"),
+            self.assertLogs("callgate.inbox", "ERROR"),
         ):
             assert inbox_drain(self.project.pk) == 6
         row = InboxEvent.objects.get(event_id=poison)
         assert (
-            row.status == InboxEvent.Status.REJECTED and row.errors[0]["msg"] == ingest.APPLY_FAILED
+            row.status == InboxEvent.Status.REJECTED and row.errors[0]["msg"] == inbox.APPLY_FAILED
         )
         assert ToolCall.objects.filter(project=self.project, reason="ok").count() == 2
         # the poisoned call's attempt found no call: refused by the rules, recorded, not lost
@@ -204,7 +204,7 @@ class InboxTests(BaseTestCase):
             .values_list("id", flat=True)[0]
         )
         self.receive(weather_call(2))  # arrives "during" the drain
-        assert ingest._drain_chunk(self.project.pk, bound=bound) == 2
+        assert inbox._drain_chunk(self.project.pk, bound=bound) == 2
         assert (
             InboxEvent.objects.filter(
                 project=self.project, status=InboxEvent.Status.PENDING

@@ -13,8 +13,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from callgate.auth import api_key_issue
-from callgate.ingest import derive_operation_id
 from callgate.models import Agent, CallEvent, InboxEvent, ToolCall, ToolContract
+from callgate.wire import derive_operation_id
 from reviews.models import ReviewItem
 from tests.factories import BaseTestCase, make_event
 
