@@ -3,7 +3,7 @@
 from django.urls import path
 
 from callgate import api
-from callgate.report_api import REPORT_APIS
+from callgate.reports.api import REPORT_APIS
 
 urlpatterns = [
     path("events", api.EventsIngestApi.as_view(), name="api-events"),
@@ -11,7 +11,7 @@ urlpatterns = [
     path("calls", api.GateCheckApi.as_view(), name="api-calls"),
     path("calls/<str:operation_id>", api.CallDetailApi.as_view(), name="api-call-detail"),
     path("tools/<str:name>", api.ToolRegisterApi.as_view(), name="api-tool"),
-    # reports (callgate.report_api): GET /api/v1/reports/categories, /reasons, /tools, …
+    # reports (callgate.reports.api): GET /api/v1/reports/categories, /reasons, /tools, …
     *[
         path(f"reports/{name}", view.as_view(), name=f"api-report-{name}")
         for name, view in REPORT_APIS.items()

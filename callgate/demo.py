@@ -1122,7 +1122,7 @@ def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:
     from django.db import transaction
 
     from callgate.models import CallEvent, ToolCall
-    from callgate.rollups import rollups_rebuild
+    from callgate.reports.rollups import rollups_rebuild
 
     calls = ToolCall.objects.filter(project=project)
     if since is not None:

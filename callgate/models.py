@@ -385,7 +385,7 @@ class RequestBudget(models.Model):
 
 class CallRollup(models.Model):
     """Pre-aggregated call counts per project, hour, tool, agent and reason: what the
-    reports read. Maintained by ``callgate.rollups``; equal to a direct count over
+    reports read. Maintained by ``callgate.reports.rollups``; equal to a direct count over
     ``ToolCall`` grouped the same way (by the call's creation hour and current reason)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")

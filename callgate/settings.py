@@ -291,7 +291,7 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 30.0,
         "options": {"expires": 30},
     },
-    # report rollups (callgate.rollups): recompute the hour buckets of calls changed since the last run
+    # report rollups (callgate.reports.rollups): recompute the hour buckets of calls changed since the last run
     "refresh-rollups": {
         "task": "callgate.rollups.refresh_rollups",
         "schedule": 60.0,

@@ -31,7 +31,7 @@ from django.utils import timezone
 from callgate.inbox import inbox_drain
 from callgate.models import CallEvent, InboxEvent, Project, ToolCall
 from callgate.reconcile import UNKNOWN, LookupResult, reconcile_calls_claim_stale, reconcile_lookup
-from callgate.rollups import refresh_rollups  # noqa: F401  (defined beside the rollup code; beat: refresh-rollups)
+from callgate.reports.rollups import refresh_rollups  # noqa: F401  (defined beside the rollup code; beat: refresh-rollups)
 
 logger = logging.getLogger(__name__)
 

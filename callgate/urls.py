@@ -11,7 +11,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from callgate import report_views, views
+from callgate import views
+from callgate.reports import views as report_views
 
 project_patterns = [
     path("", views.overview, name="overview"),

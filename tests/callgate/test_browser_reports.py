@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from callgate.models import Agent
-from callgate.rollups import hour_floor, rollups_rebuild
+from callgate.reports.rollups import hour_floor, rollups_rebuild
 from reviews.models import ReviewItem
 from tests.browser_support import BrowserTestCase, artifact_path
 from tests.callgate.test_reports import make_contracts, seed_calls

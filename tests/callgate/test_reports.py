@@ -11,9 +11,9 @@ from urllib.parse import parse_qs, urlparse
 
 from django.apps import apps
 
-from callgate import reports
 from callgate.models import Agent, CallEvent, ToolCall, ToolContract
-from callgate.rollups import rollups_rebuild
+from callgate.reports import selectors as reports
+from callgate.reports.rollups import rollups_rebuild
 from callgate.taxonomy import Reason
 from tests.callgate.test_rollups import make_call
 from tests.factories import BaseTestCase
@@ -635,7 +635,7 @@ class ReportFindingsTests(ReportFixture):
     def test_it_shows_when_the_rollups_were_last_refreshed(self):
         from django.core.cache import cache
 
-        from callgate import rollups
+        from callgate.reports import rollups
 
         self.client.force_login(self.maria)
         cache.delete(rollups.WATERMARK_KEY)

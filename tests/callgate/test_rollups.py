@@ -15,9 +15,9 @@ from django.db.models import Sum
 from django.test import TransactionTestCase
 from django.utils import timezone
 
-from callgate import rollups
 from callgate.models import Agent, CallRollup, ToolCall
-from callgate.reports import direct_counts
+from callgate.reports import rollups
+from callgate.reports.selectors import direct_counts
 from callgate.taxonomy import TABLE, Reason
 from tests.factories import BaseTestCase
 

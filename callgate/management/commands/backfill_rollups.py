@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from django.core.management.base import BaseCommand, CommandError
 
 from callgate.models import Project
-from callgate.rollups import rollups_rebuild
+from callgate.reports.rollups import rollups_rebuild
 
 
 class Command(BaseCommand):

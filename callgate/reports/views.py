@@ -4,7 +4,7 @@ Each page is a list of cards; a card has a chart (drawn by ``static/js/reports.j
 JSON data island), the table with the same numbers (the accessible alternative), a CSV
 link (``?format=csv&table=<name>`` on the same URL, filters kept) and, on every count, a
 link to the calls list filtered to exactly those calls. The filters are a GET form, so
-every page is a permalink. The numbers come from ``callgate.reports``; this module only
+every page is a permalink. The numbers come from ``callgate.reports.selectors``; this module only
 turns them into tables and chart data.
 """
 
@@ -20,11 +20,11 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, path, reverse
 from django.views.decorators.http import require_GET
 
-from callgate import reports
 from callgate.access import Role, project_view
 from callgate.models import Agent, CallRollup, ToolContract
-from callgate.reports import CATEGORY_LABEL, ReportFilterError, ReportFilters, iso
-from callgate.rollups import rollups_as_of
+from callgate.reports import selectors as reports
+from callgate.reports.rollups import rollups_as_of
+from callgate.reports.selectors import CATEGORY_LABEL, ReportFilterError, ReportFilters, iso
 
 #: (key, label, url name) of the reports' sub-navigation
 SECTIONS = [

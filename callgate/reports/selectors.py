@@ -1,7 +1,7 @@
 """Report queries for managers: pure selectors returning plain dicts and lists.
 
 Counts by category, reason, route, tool, agent and time read ``CallRollup`` (hourly
-buckets by the call's creation hour; see ``callgate.rollups``). The few reports that need a
+buckets by the call's creation hour; see ``callgate.reports.rollups``). The few reports that need a
 call's state, decision or contract version (retries, unknown outcomes, contract quality)
 and the review queue's health read ``ToolCall`` / ``reviews`` directly, bounded by the
 ``(project, created_at)`` index.
@@ -24,7 +24,7 @@ from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
 from callgate.models import Agent, CallRollup, Project, ToolCall, ToolContract
-from callgate.rollups import hour_floor
+from callgate.reports.rollups import hour_floor
 from callgate.taxonomy import TABLE, Category, Reason, Route
 
 UTC = UTC

@@ -19,9 +19,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from callgate import reports
 from callgate.auth import ApiKeyAuthentication
-from callgate.reports import ReportFilterError
+from callgate.reports import selectors as reports
+from callgate.reports.selectors import ReportFilterError
 
 FILTER_PARAMETERS = [
     OpenApiParameter(
