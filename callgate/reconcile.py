@@ -14,7 +14,7 @@ The target's look-up endpoint (a contract with ``reconcile_method == "http"``)
     are written by agents, so a look-up URL must not make callgate probe its own network).
     It must answer
     - 200 ``{"operation_id": str, "request": {...the arguments the target received},
-      "receipt": any}`` when the operation is known (``callgate.simulator``'s look-up);
+      "receipt": any}`` when the operation is known (``demo.simulator``'s look-up);
     - 404 when it is not (``absent``).
     Anything else (timeout, connection error, 5xx, 429, 401/403, other 4xx, a body that
     is not that JSON object) is ``unknown`` (could not tell) with a short ``detail``;

@@ -109,6 +109,10 @@ INSTALLED_APPS = [
     "callgate",
     "reviews",
 ]
+#: The demo fleet, the target-system simulator (``/simulator/``) and their commands.
+CALLGATE_DEMO = env_bool("CALLGATE_DEMO", DEBUG)
+if CALLGATE_DEMO:
+    INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

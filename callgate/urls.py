@@ -4,8 +4,10 @@
 - ``/api/schema/``, ``/api/docs/``  the OpenAPI document and its browsable page
 - ``/p/<project>/…``       browser pages of one project: ``callgate.views``, ``reviews.views``
 - ``/login/``, ``/logout/``, ``/admin/``
+- ``/simulator/…``          the demo's target system, when ``CALLGATE_DEMO`` is on: ``demo.urls``
 """
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -38,7 +40,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("p/<slug:project>/", include((project_patterns, "callgate"))),
     path("p/<slug:project>/review/", include("reviews.urls")),
-    path(
-        "simulator/", include("callgate.simulator")
-    ),  # demo target system; 404 unless DEBUG/CALLGATE_SIMULATOR
 ]
+
+if settings.CALLGATE_DEMO:  # the demo's target system (demo.simulator)
+    urlpatterns.append(path("simulator/", include("demo.urls")))

@@ -32,7 +32,9 @@ from django.db import close_old_connections, connection
 from django.test import LiveServerTestCase, TransactionTestCase, override_settings
 
 from callgate.auth import api_key_issue
-from callgate.demo import (
+from callgate.models import Agent, CallEvent, Project, ToolCall
+from callgate.sdk import CallgateClient
+from demo.fleet import (
     TOKEN,
     as_openai,
     callgate_transport,
@@ -41,9 +43,7 @@ from callgate.demo import (
     reconcile_through,
     simulator_client,
 )
-from callgate.models import Agent, CallEvent, Project, ToolCall
-from callgate.sdk import CallgateClient
-from callgate.simulator import demo_service
+from demo.simulator import demo_service
 from reviews.models import ReviewItem
 
 SIM = "http://sim"
@@ -403,7 +403,7 @@ class DemoFleetTests(TransactionTestCase):
 
         sim = demo_service()
         out = io.StringIO()
-        with mock.patch("callgate.demo.default_service", return_value=sim):
+        with mock.patch("demo.fleet.default_service", return_value=sim):
             call_command("demo", "--seed", "1", "--calls", "1", stdout=out)
         text = out.getvalue()
         assert "operator login: operator / " in text and "manager login:  manager / " in text

@@ -20,7 +20,7 @@ from callgate.reconcile import (
     argument_differences,
     reconcile_lookup,
 )
-from callgate.simulator import SimulatorService, simulator_transport
+from demo.simulator import SimulatorService, simulator_transport
 from tests.factories import BaseTestCase
 
 TOKEN = "acme-secret"

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import httpx
 from django.test import SimpleTestCase, override_settings
 
-from callgate.simulator import SimulatorService, default_service, demo_service, simulator_transport
+from demo.simulator import SimulatorService, default_service, demo_service, simulator_transport
 
 ACME_TOKEN = "acme-secret"
 GLOBEX_TOKEN = "globex-secret"
@@ -334,7 +334,7 @@ class SimulatorWsgiTests(SimpleTestCase):
         assert response.status_code == 504
         assert len(service.writes) == 1
 
-    @override_settings(DEBUG=True, CALLGATE_SIMULATOR=True)
+    @override_settings(DEBUG=True, CALLGATE_DEMO=True)
     def test_it_is_mounted_under_simulator_in_the_callgate_server(self):
         token = "sim-acme-token"
         response = self.client.get("/simulator/tickets/T-1", HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -351,6 +351,6 @@ class SimulatorWsgiTests(SimpleTestCase):
         assert created.status_code in (200, 201)
         assert default_service().operation("acme", "mounted-op-1") is not None
 
-    @override_settings(CALLGATE_SIMULATOR=False)
+    @override_settings(CALLGATE_DEMO=False)
     def test_it_is_not_served_when_switched_off(self):
         assert self.client.get("/simulator/tickets/T-1").status_code == 404

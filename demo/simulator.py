@@ -5,7 +5,7 @@ switchable failure modes so every reason of the taxonomy can be produced end to 
 The core (``SimulatorService``) is framework-free: a WSGI application that tests call
 in-process through ``simulator_transport(service)`` (an httpx transport), that
 ``manage.py simulator --port 8100`` serves with wsgiref, and that the callgate server
-mounts under ``/simulator/`` when ``DEBUG`` (or ``CALLGATE_SIMULATOR``) is on.
+mounts under ``/simulator/`` when ``CALLGATE_DEMO`` is on (``demo.urls``).
 
 Data
     Tenants (name + bearer token), tickets ``T-<n>`` (owned by one tenant; open, closed
@@ -645,12 +645,12 @@ def default_service() -> SimulatorService:
 
 # --- Django mount (imports Django lazily so the core above stays framework-free) ---------------
 def django_view(request, path: str = ""):
-    """Serve ``default_service()`` under ``/simulator/``. 404 unless ``settings.CALLGATE_SIMULATOR``
+    """Serve ``default_service()`` under ``/simulator/``. 404 unless ``settings.CALLGATE_DEMO``
     (default: ``DEBUG``) is on: the simulator has unauthenticated control endpoints."""
     from django.conf import settings
     from django.http import Http404, HttpResponse
 
-    if not getattr(settings, "CALLGATE_SIMULATOR", settings.DEBUG):
+    if not settings.CALLGATE_DEMO:
         raise Http404("the simulator is off")
     environ = dict(request.META)
     body = request.body
@@ -672,14 +672,3 @@ def django_view(request, path: str = ""):
         if name.lower() != "content-length":
             response[name] = value
     return response
-
-
-def __getattr__(name: str):
-    # ``include("callgate.simulator")`` reads ``urlpatterns``; built lazily (PEP 562) so that
-    # importing this module does not need Django.
-    if name == "urlpatterns":
-        from django.urls import re_path
-        from django.views.decorators.csrf import csrf_exempt
-
-        return [re_path(r"^(?P<path>.*)$", csrf_exempt(django_view), name="simulator")]
-    raise AttributeError(name)

@@ -1,6 +1,6 @@
 """``manage.py simulator --port 8100``: serve the target-system simulator with wsgiref.
 
-The service holds the demo data of ``callgate.simulator.demo_service`` (tenants ``acme``
+The service holds the demo data of ``demo.simulator.demo_service`` (tenants ``acme``
 and ``globex`` with the tokens in ``DEMO_TENANTS``). It is single-process and in-memory:
 restarting it forgets every write. Threaded, so a slow (``delay``) failure does not
 block other requests.
@@ -13,7 +13,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.core.management.base import BaseCommand
 
-from callgate.simulator import DEMO_TENANTS, demo_service
+from demo.simulator import DEMO_TENANTS, demo_service
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):

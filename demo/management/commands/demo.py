@@ -69,7 +69,7 @@ class Command(BaseCommand):
         serve: str | None,
         **options,
     ):
-        from callgate.demo import demo_run, demo_trickle
+        from demo.fleet import demo_run, demo_trickle
 
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
         if agents < 1 or agents > 50:
@@ -152,7 +152,7 @@ class Command(BaseCommand):
         from django.core.management import call_command
 
         from callgate.celery import run_periodic_in_process
-        from callgate.demo import demo_trickle
+        from demo.fleet import demo_trickle
 
         stop = threading.Event()
         threading.Thread(
