@@ -1,4 +1,4 @@
-"""The diagnostic taxonomy of ``shared/TAXONOMY.md``: reasons, categories, routes.
+"""The diagnostic taxonomy of ``shared/TAXONOMY.md`` (v2): 39 reasons, 12 categories, 8 routes.
 
 The slugs are stable API values: never rename one. Each reason belongs to exactly one
 category and implies one route (``reconciled_absent`` is the only reason whose route
@@ -45,10 +45,13 @@ class Reason(models.TextChoices):
     TYPE_MISMATCH = "type_mismatch"
     ENUM_VIOLATION = "enum_violation"
     CONSTRAINT_VIOLATION = "constraint_violation"
+    DUPLICATE_CALL_ID = "duplicate_call_id"  # v2
+    MISSING_CALL_ID = "missing_call_id"  # v2
     UNKNOWN_TOOL = "unknown_tool"
     UNKNOWN_ARGUMENT = "unknown_argument"
     REFERENCE_NOT_FOUND = "reference_not_found"
     PERMISSION_DENIED = "permission_denied"
+    NOT_FOUND_OR_FORBIDDEN = "not_found_or_forbidden"  # v2
     AUTHENTICATION_FAILED = "authentication_failed"
     RATE_LIMITED = "rate_limited"
     UNAVAILABLE = "unavailable"
@@ -57,15 +60,20 @@ class Reason(models.TextChoices):
     OUTCOME_UNKNOWN = "outcome_unknown"
     NOT_RECONCILABLE = "not_reconcilable"
     TOOL_ERROR = "tool_error"
+    PARTIAL_FAILURE = "partial_failure"  # v2
+    CONTRACT_DRIFT = "contract_drift"  # v2
     CONFLICT = "conflict"
     DUPLICATE_SUPPRESSED = "duplicate_suppressed"
+    DUPLICATE_IN_FLIGHT = "duplicate_in_flight"  # v2
     IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
     RETRY_EXHAUSTED = "retry_exhausted"
     REASK_EXHAUSTED = "reask_exhausted"
+    LOOP_DETECTED = "loop_detected"  # v2
     RECONCILED_APPLIED = "reconciled_applied"
     RECONCILED_ABSENT = "reconciled_absent"
     RECONCILE_MISMATCH = "reconcile_mismatch"
     APPROVAL_PENDING = "approval_pending"
+    APPROVAL_GRANTED = "approval_granted"  # v2
     APPROVAL_REJECTED = "approval_rejected"
     APPROVAL_EXPIRED = "approval_expired"
 
@@ -82,10 +90,13 @@ TABLE: dict[Reason, tuple[Category, Route]] = {
     R.TYPE_MISMATCH: (C.ARGUMENT_ERROR, T.REASK),
     R.ENUM_VIOLATION: (C.ARGUMENT_ERROR, T.REASK),
     R.CONSTRAINT_VIOLATION: (C.ARGUMENT_ERROR, T.REASK),
+    R.DUPLICATE_CALL_ID: (C.ARGUMENT_ERROR, T.REASK),
+    R.MISSING_CALL_ID: (C.ARGUMENT_ERROR, T.REASK),
     R.UNKNOWN_TOOL: (C.HALLUCINATION, T.REASK),
     R.UNKNOWN_ARGUMENT: (C.HALLUCINATION, T.REASK),
     R.REFERENCE_NOT_FOUND: (C.HALLUCINATION, T.REASK),
     R.PERMISSION_DENIED: (C.DENIED, T.DENY),
+    R.NOT_FOUND_OR_FORBIDDEN: (C.DENIED, T.REVIEW),
     R.AUTHENTICATION_FAILED: (C.DENIED, T.REVIEW),
     R.RATE_LIMITED: (C.TRANSIENT, T.RETRY),
     R.UNAVAILABLE: (C.TRANSIENT, T.RETRY),
@@ -94,15 +105,20 @@ TABLE: dict[Reason, tuple[Category, Route]] = {
     R.OUTCOME_UNKNOWN: (C.UNKNOWN_OUTCOME, T.RECONCILE),
     R.NOT_RECONCILABLE: (C.UNKNOWN_OUTCOME, T.REVIEW),
     R.TOOL_ERROR: (C.TOOL_ERROR, T.REASK),
+    R.PARTIAL_FAILURE: (C.TOOL_ERROR, T.REASK),
+    R.CONTRACT_DRIFT: (C.TOOL_ERROR, T.REVIEW),
     R.CONFLICT: (C.TOOL_ERROR, T.REVIEW),
     R.DUPLICATE_SUPPRESSED: (C.DUPLICATE, T.RETURN_RECEIPT),
+    R.DUPLICATE_IN_FLIGHT: (C.DUPLICATE, T.DENY),
     R.IDEMPOTENCY_MISMATCH: (C.DUPLICATE, T.DENY),
     R.RETRY_EXHAUSTED: (C.EXHAUSTED, T.REVIEW),
     R.REASK_EXHAUSTED: (C.EXHAUSTED, T.STOP),
+    R.LOOP_DETECTED: (C.EXHAUSTED, T.STOP),
     R.RECONCILED_APPLIED: (C.RECONCILIATION, T.RETURN_RECEIPT),
     R.RECONCILED_ABSENT: (C.RECONCILIATION, T.REVIEW),
     R.RECONCILE_MISMATCH: (C.RECONCILIATION, T.REVIEW),
     R.APPROVAL_PENDING: (C.APPROVAL, T.REVIEW),
+    R.APPROVAL_GRANTED: (C.APPROVAL, T.PROCEED),
     R.APPROVAL_REJECTED: (C.APPROVAL, T.DENY),
     R.APPROVAL_EXPIRED: (C.APPROVAL, T.STOP),
 }
@@ -110,12 +126,21 @@ TABLE: dict[Reason, tuple[Category, Route]] = {
 #: Reasons the model can fix by proposing again; they spend the re-ask budget.
 REASK_REASONS = frozenset(r for r, (_, route) in TABLE.items() if route == T.REASK)
 
-#: Precedence when several rules match one proposal (first wins).
+#: Sticky refusals (TAXONOMY v2): within one request, the same tool and canonical
+#: arguments get the same refusal again, at the gate, without execution.
+STICKY_REASONS = frozenset({R.PERMISSION_DENIED, R.APPROVAL_REJECTED, R.APPROVAL_EXPIRED})
+
+#: Precedence when several rules match one proposal (first wins). A sticky refusal
+#: (``STICKY_REASONS``) stands between ``loop_detected`` and ``idempotency_mismatch``.
 PROPOSAL_PRECEDENCE: tuple[Reason, ...] = (
     R.MALFORMED_CALL,
     R.UNKNOWN_TOOL,
     R.INVALID_JSON,
+    R.MISSING_CALL_ID,
+    R.DUPLICATE_CALL_ID,
+    R.LOOP_DETECTED,
     R.IDEMPOTENCY_MISMATCH,
+    R.DUPLICATE_IN_FLIGHT,
     R.DUPLICATE_SUPPRESSED,
     R.UNKNOWN_ARGUMENT,
     R.MISSING_REQUIRED,
