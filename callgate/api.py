@@ -22,7 +22,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from callgate import providers, services
 from callgate.auth import AgentPrincipal
-from callgate.inbox import APPLY_FAILED, event_answer, events_receive, inbox_drain
+from callgate.inbox import EventRefused, event_answer, events_receive
 from callgate.ingest import call_answer
 from callgate.models import ToolCall
 from callgate.schemas import (
@@ -35,7 +35,6 @@ from callgate.schemas import (
     EventsResponse,
     EventStatus,
     GateRequest,
-    ProposedEvent,
     error_list,
 )
 from callgate.tasks import drain_inbox_enqueue
@@ -288,43 +287,22 @@ class GateCheckApi(APIView):
         except ValidationError as exc:
             errors = error_list(exc)
             return _error(f"Invalid gate request: {errors[0]['loc']}: {errors[0]['msg']}", errors)
-        event = ProposedEvent(
-            type="proposed",
-            format=gate.format,
-            call=gate.call,
-            operation_id=gate.operation_id,
-            request_id=gate.request_id,
-            conversation_id=gate.conversation_id,
-            trace_id=gate.trace_id,
-            actor=gate.actor,
-            **services.gate_envelope(gate),
-        )
-        # the same path as /events, then applied at once (after the events received before it)
-        [received] = events_receive(
-            project=principal.project, agent=principal.agent, events=[event]
-        )
-        if received.status == "rejected":
-            return _error(f"Invalid gate request: {received.errors[0]['msg']}", received.errors)
-        inbox_drain(principal.project.pk)
-        found = event_answer(principal.project, event.event_id)
-        if (
-            found is None or found["kind"] != "proposed"
-        ):  # a re-sent check finds its first answer; not another kind
-            return _error(
-                "This event_id was already used for another kind of event; send a new one.",
-                [{"loc": "event_id", "msg": "already used"}],
-                code=status.HTTP_409_CONFLICT,
+        try:
+            answer = services.gate_check(
+                project=principal.project, agent=principal.agent, gate=gate
             )
-        if found["status"] != "applied":
-            failed = any(
-                e["msg"] == APPLY_FAILED for e in found["errors"]
-            )  # callgate's bug, not the request's
-            return _error(
-                found["errors"][0]["msg"],
-                found["errors"],
-                code=status.HTTP_500_INTERNAL_SERVER_ERROR if failed else status.HTTP_409_CONFLICT,
-            )
-        return Response(found["answer"])
+        except EventRefused as exc:
+            if exc.kind == "invalid":
+                return _error(f"Invalid gate request: {exc.errors[0]['msg']}", exc.errors)
+            if exc.kind == "internal":  # callgate's bug, not the request's
+                return _error(exc.errors[0]["msg"], exc.errors, code=500)
+            message = exc.errors[0]["msg"]
+            if exc.errors[0]["loc"] == "event_id":
+                message = (
+                    "This event_id was already used for another kind of event; send a new one."
+                )
+            return _error(message, exc.errors, code=status.HTTP_409_CONFLICT)
+        return Response(answer)
 
 
 class EventDetailApi(APIView):

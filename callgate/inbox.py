@@ -418,3 +418,36 @@ def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
         "errors": row.errors,
         "answer": None,
     }
+
+
+class EventRefused(Exception):
+    """``event_settle`` could not apply the event. ``kind``: ``invalid`` (refused at the door,
+    the request's fault: HTTP 400), ``conflict`` (its ``event_id`` was used for another kind of
+    event, or the rules refused it: 409) or ``internal`` (callgate's bug: 500). ``errors`` are
+    ``[{"loc", "msg"}]``."""
+
+    def __init__(self, kind: str, errors: list[dict]):
+        self.kind, self.errors = kind, errors
+        super().__init__(errors[0]["msg"] if errors else kind)
+
+
+def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
+    """Receive one event and apply it at once (after the project's events received before it):
+    the path of ``POST /api/v1/events`` followed by a drain. Returns the ``CallAnswer`` dict
+    as this event left its call (``event_answer``); a re-sent event (same ``event_id``) finds
+    its first answer. Raises ``EventRefused``. The gate (``POST /api/v1/calls``) and the MCP
+    gateway's attempts use it."""
+    [received] = events_receive(project=project, agent=agent, events=[event])
+    if received.status == "rejected":
+        raise EventRefused("invalid", received.errors)
+    inbox_drain(project.pk)
+    found = event_answer(project, event.event_id)
+    if found is None or found["kind"] != event.type:
+        raise EventRefused(
+            "conflict",
+            [{"loc": "event_id", "msg": "already used for another kind of event; send a new one"}],
+        )
+    if found["status"] != "applied":
+        failed = any(e["msg"] == APPLY_FAILED for e in found["errors"])
+        raise EventRefused("internal" if failed else "conflict", found["errors"])
+    return found["answer"]

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from callgate.classification import schema_problems
+from callgate.inbox import event_settle
 from callgate.ingest import events_apply
 from callgate.lifecycle import IllegalTransition
 from callgate.lint import lint_contract
@@ -26,7 +27,15 @@ from callgate.models import (
     ToolCall,
     ToolContract,
 )
-from callgate.schemas import ApprovalExpiredEvent, ContractIn, DecisionEvent, ReconciledEvent
+from callgate.schemas import (
+    ApprovalExpiredEvent,
+    AttemptEvent,
+    ContractIn,
+    DecisionEvent,
+    GateRequest,
+    ProposedEvent,
+    ReconciledEvent,
+)
 from callgate.taxonomy import Reason, Route, category_of
 from callgate.wire import arguments_digest, derive_operation_id, redact
 
@@ -375,3 +384,28 @@ def gate_envelope(gate) -> dict:
         "event_id": gate.event_id or uuid.uuid4(),
         "occurred_at": gate.occurred_at or timezone.now(),
     }
+
+
+def gate_check(*, project: Project, agent: Agent, gate: GateRequest) -> dict:
+    """The gate (``POST /api/v1/calls``): record ``gate`` as a ``proposed`` event, apply it at
+    once and return the ``CallAnswer`` dict (operation ID, verdict, route, observation, receipt).
+    Raises ``callgate.inbox.EventRefused`` (see there for its kinds)."""
+    event = ProposedEvent(
+        type="proposed",
+        format=gate.format,
+        call=gate.call,
+        operation_id=gate.operation_id,
+        request_id=gate.request_id,
+        conversation_id=gate.conversation_id,
+        trace_id=gate.trace_id,
+        actor=gate.actor,
+        **gate_envelope(gate),
+    )
+    return event_settle(project=project, agent=agent, event=event)
+
+
+def attempt_report(*, project: Project, agent: Agent, attempt: AttemptEvent) -> dict:
+    """Report one execution of an allowed call, as ``POST /api/v1/events`` does, and apply it at
+    once; returns the ``CallAnswer`` dict that classifies it (what to do next). Raises
+    ``callgate.inbox.EventRefused`` (e.g. ``conflict`` for an attempt the call's state refuses)."""
+    return event_settle(project=project, agent=agent, event=attempt)

@@ -108,6 +108,7 @@ INSTALLED_APPS = [
     "template_partials",
     "callgate",
     "reviews",
+    "mcp_gateway",
 ]
 #: The demo fleet, the target-system simulator (``/simulator/``) and their commands.
 CALLGATE_DEMO = env_bool("CALLGATE_DEMO", DEBUG)

@@ -1,0 +1,115 @@
+"""Helpers of the MCP gateway's tests: a real gateway (``mcp_gateway.server.Gateway`` under
+uvicorn, in a thread, on a loopback port) in front of a real upstream MCP server
+(``tests/mcp_gateway/upstream.py``, a stdio subprocess or Streamable HTTP), and a real MCP
+client (``mcp.ClientSession`` over ``streamablehttp_client``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+import threading
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import uvicorn
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from mcp_gateway import services
+from mcp_gateway.pool import UpstreamSpec
+from mcp_gateway.server import Gateway
+
+UPSTREAM = Path(__file__).with_name("upstream.py")
+GATEWAY_PORT = 8231
+UPSTREAM_PORT = 8232
+
+
+def upstream_command(**env: str) -> str:
+    """The stdio command line of the test upstream, with its settings (``UPSTREAM_LOG`` …) in
+    its environment (the SDK starts stdio servers with a minimal environment)."""
+    settings = " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items())
+    return f"env {settings} {sys.executable} {UPSTREAM}"
+
+
+class UpstreamLog:
+    """The JSON-lines file the test upstream appends every call that reached it to."""
+
+    def __init__(self):
+        handle, self.path = tempfile.mkstemp(prefix="mcp-upstream-", suffix=".jsonl")
+        os.close(handle)
+
+    def calls(self, tool: str | None = None) -> list[dict]:
+        lines = Path(self.path).read_text().splitlines()
+        return [
+            json.loads(x) for x in lines if x and (tool is None or json.loads(x)["tool"] == tool)
+        ]
+
+    def remove(self) -> None:
+        Path(self.path).unlink(missing_ok=True)
+
+
+class RunningGateway:
+    """A ``Gateway`` served by uvicorn in a thread at ``url``; ``stop()`` ends it."""
+
+    def __init__(
+        self, *, project, upstreams: dict[str, str], timeout: float = 10.0, port: int = GATEWAY_PORT
+    ):
+        specs = []
+        for name, target in upstreams.items():
+            row = services.upstream_set(
+                project=project, name=name, target=target, timeout_seconds=timeout
+            )
+            specs.append(
+                UpstreamSpec(
+                    name=name, transport=row.transport, target=target, timeout=timeout, pk=row.pk
+                )
+            )
+        self.gateway = Gateway(project=project, specs=specs)
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        config = uvicorn.Config(
+            self.gateway.http_app(),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the MCP gateway did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+@asynccontextmanager
+async def mcp_client(url: str, key: str, *, name: str = "test-client"):
+    """A real MCP client session with ``Authorization: Bearer <key>``."""
+    from mcp import types
+
+    headers = {"Authorization": f"Bearer {key}"}
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
+    ):
+        async with ClientSession(
+            read, write, client_info=types.Implementation(name=name, version="1.0")
+        ) as session:
+            await session.initialize()
+            yield session
+
+
+def run(coro_fn, *args):
+    """Run an async test body to completion (in this thread)."""
+    return anyio.run(coro_fn, *args)

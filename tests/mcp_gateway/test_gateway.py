@@ -1,0 +1,156 @@
+"""The MCP gateway end to end: a real MCP client → the gateway (real Streamable HTTP) → a
+real upstream MCP server (a stdio subprocess), with callgate's gate in between."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from django.db import connection
+from django.test import TransactionTestCase
+
+from callgate.models import CallEvent, ToolCall, ToolContract
+from tests.factories import BaseTestCase
+from tests.mcp_gateway.support import RunningGateway, UpstreamLog, mcp_client, run, upstream_command
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the gateway's threads need a shared database"
+)
+
+
+def text_of(result) -> str:
+    return " ".join(part.text for part in result.content if part.type == "text")
+
+
+class GatewayTestCase(TransactionTestCase):
+    upstream_env: dict[str, str] = {}
+    timeout = 10.0
+
+    def setUp(self):
+        BaseTestCase.setUpTestData.__func__(type(self))
+        self.log = UpstreamLog()
+        command = upstream_command(UPSTREAM_LOG=self.log.path, **self.upstream_env)
+        self.gateway = RunningGateway(
+            project=self.project, upstreams={"desk": command}, timeout=self.timeout
+        )
+
+    def tearDown(self):
+        self.gateway.stop()
+        self.log.remove()
+
+    def session(self, key=None, **kwargs):
+        return mcp_client(self.gateway.url, key or self.key, **kwargs)
+
+
+class GatewayToolsTests(GatewayTestCase):
+    def test_tools_list_is_the_upstream_tools_registered_as_contracts(self):
+        async def body():
+            async with self.session() as session:
+                return (await session.list_tools()).tools
+
+        tools = {t.name: t for t in run(body)}
+        self.assertEqual(
+            set(tools), {"lookup_order", "create_ticket", "refund", "slow_write", "crash"}
+        )
+        self.assertIn("order_id", tools["lookup_order"].inputSchema["properties"])
+        contracts = {c.name: c for c in ToolContract.objects.filter(project=self.project)}
+        self.assertEqual(contracts["lookup_order"].effect, "read")
+        self.assertEqual(contracts["create_ticket"].effect, "write")
+        self.assertFalse(contracts["create_ticket"].requires_approval)
+        self.assertTrue(contracts["refund"].requires_approval)
+        self.assertEqual(contracts["refund"].parameters["required"], ["order_id", "amount_cents"])
+
+    def test_a_key_is_required_and_must_be_of_the_project(self):
+        for headers in ({}, {"Authorization": f"Bearer {self.other_key}"}):
+            response = httpx.post(
+                self.gateway.url,
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                headers={"Accept": "application/json, text/event-stream", **headers},
+            )
+            self.assertEqual(response.status_code, 401, headers)
+
+
+class GatewayGateTests(GatewayTestCase):
+    def test_a_bad_argument_is_an_error_result_naming_the_field_and_never_sent(self):
+        async def body():
+            async with self.session() as session:
+                return await session.call_tool(
+                    "create_ticket", {"subject": "Broken", "priority": "high"}
+                )
+
+        result = run(body)
+        self.assertTrue(result.isError)
+        self.assertIn("priority", text_of(result))
+        self.assertEqual(self.log.calls("create_ticket"), [])
+        call = ToolCall.objects.get(project=self.project, tool_name="create_ticket")
+        self.assertEqual(call.route, "reask")
+        self.assertEqual(call.attempts, 0)
+
+    def test_the_same_write_twice_in_one_request_reaches_upstream_once(self):
+        async def body():
+            async with self.session() as session:
+                args = {"subject": "Printer on fire", "priority": 3}
+                first = await session.call_tool("create_ticket", args)
+                second = await session.call_tool("create_ticket", args)
+                return first, second
+
+        first, second = run(body)
+        self.assertFalse(first.isError)
+        self.assertFalse(second.isError)
+        self.assertEqual(json.loads(text_of(first))["subject"], "Printer on fire")
+        self.assertEqual(text_of(second), text_of(first))
+        self.assertEqual(second.meta["callgate/reason"], "duplicate_suppressed")
+        sent = self.log.calls("create_ticket")
+        self.assertEqual(len(sent), 1)
+        call = ToolCall.objects.get(project=self.project, tool_name="create_ticket")
+        self.assertEqual(sent[0]["operation_id"], call.operation_id)
+        self.assertEqual(
+            (call.state, call.attempts, call.duplicates_suppressed), ("succeeded", 1, 1)
+        )
+
+    def test_a_request_id_in_meta_spans_sessions_and_the_session_is_recorded(self):
+        async def body():
+            results = []
+            for _ in range(2):
+                async with self.session(name="claude-desktop") as session:
+                    results.append(
+                        await session.call_tool(
+                            "lookup_order", {"order_id": "A-1"}, meta={"request_id": "req-42"}
+                        )
+                    )
+            return results
+
+        first, second = run(body)
+        self.assertEqual(json.loads(text_of(first)), {"order_id": "A-1", "status": "shipped"})
+        self.assertEqual(text_of(second), text_of(first))
+        self.assertEqual(len(self.log.calls("lookup_order")), 1)
+        call = ToolCall.objects.get(project=self.project, tool_name="lookup_order")
+        self.assertEqual((call.request_id, call.provider_format), ("req-42", "mcp"))
+        proposed = CallEvent.objects.filter(call=call, kind="proposed").first()
+        meta = proposed.body["call"]["params"]["_meta"]
+        self.assertEqual(meta["callgate/client"]["name"], "claude-desktop")
+        self.assertTrue(meta["callgate/session_id"])
+
+
+class GatewayTimeoutTests(GatewayTestCase):
+    upstream_env = {"UPSTREAM_SLOW": "6"}
+    timeout = 1.0
+
+    def test_a_write_that_hangs_past_the_timeout_is_unknown_and_not_sent_again(self):
+        async def body():
+            async with self.session() as session:
+                first = await session.call_tool("slow_write", {"note": "n1"})
+                second = await session.call_tool("slow_write", {"note": "n1"})
+                return first, second
+
+        first, second = run(body)
+        self.assertTrue(first.isError)
+        self.assertTrue(second.isError)
+        call = ToolCall.objects.get(project=self.project, tool_name="slow_write")
+        # the outcome is unknown and the contract has no look-up: an operator reviews it
+        self.assertEqual((call.reason, call.state), ("not_reconcilable", "in_review"))
+        self.assertEqual(call.attempts, 1)
+        self.assertEqual(len(self.log.calls("slow_write")), 1)
+        attempt = CallEvent.objects.get(call=call, kind="attempt")
+        self.assertEqual(attempt.body["outcome"], "timeout")
