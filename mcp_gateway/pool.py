@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 #: How long connecting and the MCP ``initialize`` handshake may take (seconds).
 CONNECT_TIMEOUT = 20.0
+#: How long a closed session may answer its pending requests before it is torn down (seconds).
+CLOSE_GRACE = 0.2
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,9 @@ class UpstreamConnection:
                 ready.set()
                 await closed.wait()
                 self._session = None
+                # let the session answer its pending requests "Connection closed" before it
+                # is torn down (its receive loop sees the end of the relay first)
+                await anyio.sleep(CLOSE_GRACE)
                 tg.cancel_scope.cancel()
         except Exception as exc:  # the transport failed: a refused connection, a bad command
             text = _error_text(exc)

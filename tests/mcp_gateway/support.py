@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -113,3 +115,34 @@ async def mcp_client(url: str, key: str, *, name: str = "test-client"):
 def run(coro_fn, *args):
     """Run an async test body to completion (in this thread)."""
     return anyio.run(coro_fn, *args)
+
+
+class HttpUpstream:
+    """The test upstream as a Streamable HTTP server in a subprocess at ``url``."""
+
+    def __init__(self, log: UpstreamLog, port: int = UPSTREAM_PORT):
+        self.log, self.port = log, port
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(UPSTREAM), "--http", str(self.port)],
+            env={**os.environ, "UPSTREAM_LOG": self.log.path},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("the HTTP upstream did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import httpx
 import pytest
 from django.db import connection
@@ -12,7 +13,14 @@ from django.test import TransactionTestCase
 
 from callgate.models import CallEvent, ToolCall, ToolContract
 from tests.factories import BaseTestCase
-from tests.mcp_gateway.support import RunningGateway, UpstreamLog, mcp_client, run, upstream_command
+from tests.mcp_gateway.support import (
+    HttpUpstream,
+    RunningGateway,
+    UpstreamLog,
+    mcp_client,
+    run,
+    upstream_command,
+)
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="the gateway's threads need a shared database"
@@ -154,3 +162,80 @@ class GatewayTimeoutTests(GatewayTestCase):
         self.assertEqual(len(self.log.calls("slow_write")), 1)
         attempt = CallEvent.objects.get(call=call, kind="attempt")
         self.assertEqual(attempt.body["outcome"], "timeout")
+
+
+class GatewayStdioCrashTests(GatewayTestCase):
+    upstream_env = {"UPSTREAM_SLOW": "4", "UPSTREAM_CRASH_AFTER": "0.5"}
+
+    def test_a_crash_answers_every_pending_call_and_the_upstream_is_started_again(self):
+        async def body():
+            results = {}
+            async with self.session() as session:
+
+                async def call(tool, args):
+                    results[tool] = await session.call_tool(tool, args)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call, "slow_write", {"note": "pending"})
+                    await anyio.sleep(0.2)
+                    tg.start_soon(call, "crash", {"note": "boom"})
+                results["again"] = await session.call_tool("crash", {"note": "boom"})
+                results["after"] = await session.call_tool("lookup_order", {"order_id": "B-2"})
+            return results
+
+        results = run(body)
+        for tool in ("slow_write", "crash", "again"):
+            self.assertTrue(results[tool].isError, tool)
+        self.assertFalse(results["after"].isError, results["after"])
+        calls = {c.tool_name: c for c in ToolCall.objects.filter(project=self.project)}
+        for tool in ("slow_write", "crash"):
+            call = calls[tool]
+            self.assertEqual((call.state, call.attempts), ("in_review", 1), tool)
+            attempt = CallEvent.objects.get(call=call, kind="attempt")
+            self.assertEqual(attempt.body["outcome"], "connection_reset")
+            self.assertIsNone(attempt.body["sent"])
+        self.assertEqual(calls["lookup_order"].state, "succeeded")
+        # nothing was sent twice; the read went to a new process
+        self.assertEqual(len(self.log.calls("slow_write")), 1)
+        self.assertEqual(len(self.log.calls("crash")), 1)
+        [read] = self.log.calls("lookup_order")
+        self.assertNotEqual(read["pid"], self.log.calls("crash")[0]["pid"])
+
+
+class GatewayHttpUpstreamTests(TransactionTestCase):
+    def setUp(self):
+        BaseTestCase.setUpTestData.__func__(type(self))
+        self.log = UpstreamLog()
+        self.upstream = HttpUpstream(self.log)
+        self.upstream.start()
+        self.gateway = RunningGateway(
+            project=self.project, upstreams={"shop": self.upstream.url}, timeout=5
+        )
+
+    def tearDown(self):
+        self.gateway.stop()
+        self.upstream.stop()
+        self.log.remove()
+
+    def test_an_upstream_that_goes_away_and_comes_back(self):
+        async def body():
+            results = {}
+            async with mcp_client(self.gateway.url, self.key) as session:
+                results["before"] = await session.call_tool("lookup_order", {"order_id": "C-1"})
+                await anyio.to_thread.run_sync(self.upstream.stop)
+                results["down"] = await session.call_tool(
+                    "create_ticket", {"subject": "While down", "priority": 1}
+                )
+                await anyio.to_thread.run_sync(self.upstream.start)
+                results["after"] = await session.call_tool("lookup_order", {"order_id": "C-2"})
+            return results
+
+        results = run(body)
+        self.assertFalse(results["before"].isError)
+        self.assertTrue(results["down"].isError)
+        self.assertFalse(results["after"].isError, results["after"])
+        self.assertEqual(self.log.calls("create_ticket"), [])
+        down = ToolCall.objects.get(project=self.project, tool_name="create_ticket")
+        self.assertNotEqual(down.state, "succeeded")
+        self.assertTrue(down.reason)
+        self.assertEqual(len(self.log.calls("lookup_order")), 2)
