@@ -2,7 +2,8 @@
 
 - ``/api/v1/…``            agents (API keys): ``callgate.api``
 - ``/api/schema/``, ``/api/docs/``  the OpenAPI document and its browsable page
-- ``/p/<project>/…``       browser pages of one project: ``callgate.views``, ``reviews.views``
+- ``/p/<project>/…``       browser pages of one project: ``callgate.views``, ``reviews.views``,
+  ``mcp_gateway.views``
 - ``/login/``, ``/logout/``, ``/admin/``
 - ``/simulator/…``          the demo's target system, when ``CALLGATE_DEMO`` is on: ``demo.urls``
 """
@@ -40,6 +41,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("p/<slug:project>/", include((project_patterns, "callgate"))),
     path("p/<slug:project>/review/", include("reviews.urls")),
+    path("p/<slug:project>/gateway/", include("mcp_gateway.urls")),
 ]
 
 if settings.CALLGATE_DEMO:  # the demo's target system (demo.simulator)

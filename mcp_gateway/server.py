@@ -354,14 +354,17 @@ class Gateway:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The upstream connections open (lazily) and the tools listed, for the duration."""
-        async with anyio.create_task_group() as tg:
-            self.start(tg)
-            try:
-                await self.refresh_tools(force=True)
-                yield
-            finally:
-                self.close()
-                tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                self.start(tg)
+                try:
+                    await self.refresh_tools(force=True)
+                    yield
+                finally:
+                    self.close()
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
                 await db(connections.close_all)()
 
     def http_app(self) -> Starlette:

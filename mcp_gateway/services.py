@@ -41,8 +41,30 @@ OVERRIDE_FIELDS = {
 def upstream_set(
     *, project: Project, name: str, target: str, timeout_seconds: float = 30.0
 ) -> Upstream:
-    """Create or change the upstream ``name`` of ``project``. ``target`` is an ``http(s)://``
-    URL (Streamable HTTP) or a command line (stdio). Raises ``ValueError`` naming the field."""
+    """Create or change the upstream ``name`` of ``project`` from the command line (enabled,
+    its overrides kept). ``target`` is an ``http(s)://`` URL (Streamable HTTP) or a command
+    line (stdio). Raises ``ValueError("<field>: <problem>")``."""
+    existing = Upstream.objects.filter(project=project, name=name).first()
+    return upstream_configure(
+        project=project,
+        name=name,
+        target=target,
+        timeout_seconds=timeout_seconds,
+        tool_overrides=existing.tool_overrides if existing else {},
+    )
+
+
+def upstream_configure(
+    *,
+    project: Project,
+    name: str,
+    target: str,
+    timeout_seconds: float = 30.0,
+    enabled: bool = True,
+    tool_overrides: dict | None = None,
+) -> Upstream:
+    """Create or change the upstream ``name`` (the gateway page's form). Raises
+    ``ValueError("<field>: <problem>")`` for a bad name, target, timeout or overrides."""
     is_url = urlsplit(target).scheme in ("http", "https")
     upstream = Upstream.objects.filter(project=project, name=name).first() or Upstream(
         project=project, name=name
@@ -50,7 +72,8 @@ def upstream_set(
     upstream.transport = Upstream.Transport.HTTP if is_url else Upstream.Transport.STDIO
     upstream.url, upstream.command = (target, "") if is_url else ("", target)
     upstream.timeout_seconds = timeout_seconds
-    upstream.enabled = True
+    upstream.enabled = enabled
+    upstream.tool_overrides = tool_overrides if tool_overrides is not None else {}
     upstream.updated_at = timezone.now()
     upstream_validate(upstream)
     upstream.save()
