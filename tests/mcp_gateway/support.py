@@ -60,12 +60,22 @@ class RunningGateway:
     """A ``Gateway`` served by uvicorn in a thread at ``url``; ``stop()`` ends it."""
 
     def __init__(
-        self, *, project, upstreams: dict[str, str], timeout: float = 10.0, port: int = GATEWAY_PORT
+        self,
+        *,
+        project,
+        upstreams: dict[str, str],
+        timeout: float = 10.0,
+        port: int = GATEWAY_PORT,
+        overrides: dict | None = None,
     ):
         specs = []
         for name, target in upstreams.items():
-            row = services.upstream_set(
-                project=project, name=name, target=target, timeout_seconds=timeout
+            row = services.upstream_configure(
+                project=project,
+                name=name,
+                target=target,
+                timeout_seconds=timeout,
+                tool_overrides=overrides or {},
             )
             specs.append(
                 UpstreamSpec(

@@ -34,13 +34,17 @@ def text_of(result) -> str:
 class GatewayTestCase(TransactionTestCase):
     upstream_env: dict[str, str] = {}
     timeout = 10.0
+    overrides: dict = {}
 
     def setUp(self):
         BaseTestCase.setUpTestData.__func__(type(self))
         self.log = UpstreamLog()
         command = upstream_command(UPSTREAM_LOG=self.log.path, **self.upstream_env)
         self.gateway = RunningGateway(
-            project=self.project, upstreams={"desk": command}, timeout=self.timeout
+            project=self.project,
+            upstreams={"desk": command},
+            timeout=self.timeout,
+            overrides=self.overrides,
         )
 
     def tearDown(self):
@@ -139,6 +143,32 @@ class GatewayGateTests(GatewayTestCase):
         meta = proposed.body["call"]["params"]["_meta"]
         self.assertEqual(meta["callgate/client"]["name"], "claude-desktop")
         self.assertTrue(meta["callgate/session_id"])
+
+
+class GatewayRefusalTests(GatewayTestCase):
+    overrides = {"refund": {"approval_timeout_seconds": 10}}
+
+    def test_a_hallucinated_tool_is_an_error_result_listing_the_real_ones(self):
+        async def body():
+            async with self.session() as session:
+                return await session.call_tool("delete_everything", {})
+
+        result = run(body)
+        self.assertTrue(result.isError)
+        self.assertIn("create_ticket", text_of(result))
+        self.assertEqual(result.meta["callgate/reason"], "unknown_tool")
+
+    def test_an_approval_nobody_gives_expires_and_is_never_sent(self):
+        async def body():
+            async with self.session() as session:
+                return await session.call_tool("refund", {"order_id": "A-9", "amount_cents": 5})
+
+        result = run(body)
+        self.assertTrue(result.isError)
+        call = ToolCall.objects.get(project=self.project, tool_name="refund")
+        self.assertEqual(call.reason, "approval_expired")
+        self.assertEqual(result.meta["callgate/reason"], "approval_expired")
+        self.assertEqual(self.log.calls("refund"), [])
 
 
 class GatewayTimeoutTests(GatewayTestCase):
