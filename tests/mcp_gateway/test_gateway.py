@@ -12,6 +12,7 @@ from django.db import connection
 from django.test import TransactionTestCase
 
 from callgate.models import CallEvent, ToolCall, ToolContract
+from mcp_gateway.models import Upstream
 from tests.factories import BaseTestCase
 from tests.mcp_gateway.support import (
     HttpUpstream,
@@ -63,7 +64,8 @@ class GatewayToolsTests(GatewayTestCase):
 
         tools = {t.name: t for t in run(body)}
         self.assertEqual(
-            set(tools), {"lookup_order", "create_ticket", "refund", "slow_write", "crash"}
+            set(tools),
+            {"lookup_order", "create_ticket", "refund", "slow_write", "crash", "transfer"},
         )
         self.assertIn("order_id", tools["lookup_order"].inputSchema["properties"])
         contracts = {c.name: c for c in ToolContract.objects.filter(project=self.project)}
@@ -169,6 +171,27 @@ class GatewayRefusalTests(GatewayTestCase):
         self.assertEqual(call.reason, "approval_expired")
         self.assertEqual(result.meta["callgate/reason"], "approval_expired")
         self.assertEqual(self.log.calls("refund"), [])
+
+
+class GatewayUpstreamErrorTests(GatewayTestCase):
+    def test_a_json_rpc_error_is_reported_as_the_attempt_and_answered_as_is_error(self):
+        async def body():
+            async with self.session() as session:
+                args = {"account": "ACC-1", "amount_cents": -5}
+                return await session.call_tool("transfer", args)
+
+        result = run(body)
+        self.assertTrue(result.isError)
+        self.assertEqual(len(self.log.calls("transfer")), 1)
+        call = ToolCall.objects.get(project=self.project, tool_name="transfer")
+        attempt = CallEvent.objects.get(call=call, kind="attempt")
+        self.assertEqual(attempt.body["outcome"], "error")
+        self.assertTrue(attempt.body["sent"])
+        self.assertEqual(attempt.body["error"], "MCP error -32602: amount_cents must be positive")
+        self.assertNotEqual(call.state, "succeeded")
+        self.assertEqual(result.meta["callgate/reason"], call.reason)
+        upstream = Upstream.objects.get(project=self.project, name="desk")
+        self.assertIn("-32602", upstream.last_error)
 
 
 class GatewayTimeoutTests(GatewayTestCase):

@@ -1,8 +1,9 @@
 """A real upstream MCP server for the gateway's tests and benchmark (FastMCP, the official SDK).
 
 Tools: ``lookup_order`` (read), ``create_ticket`` (write), ``refund`` (destructive: needs
-approval), ``slow_write`` (a write that takes ``UPSTREAM_SLOW`` seconds) and ``crash`` (a write
-during which the process dies). Every call that reaches a tool is appended to the JSON-lines
+approval), ``slow_write`` (a write that takes ``UPSTREAM_SLOW`` seconds), ``crash`` (a write
+during which the process dies) and ``transfer`` (a write answered with a JSON-RPC error for a
+negative amount). Every call that reaches a tool is appended to the JSON-lines
 file ``UPSTREAM_LOG`` (tool, arguments, the operation ID from ``_meta``, the process ID), so a
 test can count what the upstream really saw.
 
@@ -18,6 +19,7 @@ import sys
 import time
 
 import anyio
+from mcp import McpError, types
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.types import ToolAnnotations
 
@@ -25,11 +27,14 @@ mcp = FastMCP("test-upstream", log_level="WARNING")
 
 
 def _log(ctx: Context, tool: str, arguments: dict) -> None:
+    meta = ctx.request_context.meta
+    _write(tool, arguments, (meta.model_extra or {}) if meta else {})
+
+
+def _write(tool: str, arguments: dict, extra: dict) -> None:
     path = os.environ.get("UPSTREAM_LOG")
     if not path:
         return
-    meta = ctx.request_context.meta
-    extra = (meta.model_extra or {}) if meta else {}
     with open(path, "a") as out:
         out.write(
             json.dumps(
@@ -79,6 +84,31 @@ def crash(note: str, ctx: Context) -> dict:
     _log(ctx, "crash", {"note": note})
     time.sleep(float(os.environ.get("UPSTREAM_CRASH_AFTER", "0.3")))
     os._exit(3)
+
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def transfer(account: str, amount_cents: int) -> dict:
+    """Move money to an account; the server answers a JSON-RPC error for a negative amount."""
+    return {"transferred": amount_cents, "to": account}
+
+
+_call_tool = mcp._mcp_server.request_handlers[types.CallToolRequest]
+
+
+async def _call_tool_or_rpc_error(request: types.CallToolRequest):
+    """``transfer`` with a negative amount is refused as a JSON-RPC error (-32602), the way
+    low-level MCP servers refuse bad parameters (FastMCP itself answers ``isError``)."""
+    arguments = request.params.arguments or {}
+    if request.params.name == "transfer" and arguments.get("amount_cents", 0) < 0:
+        meta = request.params.meta
+        _write("transfer", arguments, (meta.model_extra or {}) if meta else {})
+        raise McpError(
+            types.ErrorData(code=types.INVALID_PARAMS, message="amount_cents must be positive")
+        )
+    return await _call_tool(request)
+
+
+mcp._mcp_server.request_handlers[types.CallToolRequest] = _call_tool_or_rpc_error
 
 
 if __name__ == "__main__":
