@@ -264,12 +264,15 @@ class Gateway:
                 continue
             done = self._inflight[op] = anyio.Event()
             try:
-                outcome = await self._send(name, arguments, op)
-                answer = await db(core.attempt_report)(
-                    project=principal.project,
-                    agent=principal.agent,
-                    attempt=_attempt_event(op, gate.request_id, outcome),
-                )
+                # shielded: a client that cancels or hangs up does not stop the call it started
+                # from being reported (the upstream's timeout bounds the wait)
+                with anyio.CancelScope(shield=True):
+                    outcome = await self._send(name, arguments, op)
+                    answer = await db(core.attempt_report)(
+                        project=principal.project,
+                        agent=principal.agent,
+                        attempt=_attempt_event(op, gate.request_id, outcome),
+                    )
             finally:
                 del self._inflight[op]
                 done.set()

@@ -4,6 +4,7 @@ real upstream MCP server (a stdio subprocess), with callgate's gate in between."
 from __future__ import annotations
 
 import json
+import time
 
 import anyio
 import httpx
@@ -292,3 +293,24 @@ class GatewayHttpUpstreamTests(TransactionTestCase):
         self.assertNotEqual(down.state, "succeeded")
         self.assertTrue(down.reason)
         self.assertEqual(len(self.log.calls("lookup_order")), 2)
+
+
+class GatewayDisconnectTests(GatewayTestCase):
+    upstream_env = {"UPSTREAM_SLOW": "2"}
+
+    def test_a_client_that_hangs_up_mid_call_still_gets_its_attempt_reported(self):
+        async def body():
+            async with self.session() as session:
+                with anyio.move_on_after(0.7):
+                    await session.call_tool("slow_write", {"note": "left early"})
+
+        run(body)
+        deadline = time.monotonic() + 15
+        call = None
+        while time.monotonic() < deadline:
+            call = ToolCall.objects.filter(project=self.project, tool_name="slow_write").first()
+            if call is not None and call.attempts:
+                break
+            time.sleep(0.2)
+        self.assertEqual((call.state, call.attempts), ("succeeded", 1))
+        self.assertEqual(len(self.log.calls("slow_write")), 1)
