@@ -314,3 +314,39 @@ class GatewayDisconnectTests(GatewayTestCase):
             time.sleep(0.2)
         self.assertEqual((call.state, call.attempts), ("succeeded", 1))
         self.assertEqual(len(self.log.calls("slow_write")), 1)
+
+
+class GatewayTwoUpstreamsTests(TransactionTestCase):
+    def setUp(self):
+        BaseTestCase.setUpTestData.__func__(type(self))
+        self.logs = {"desk": UpstreamLog(), "shop": UpstreamLog()}
+        self.gateway = RunningGateway(
+            project=self.project,
+            upstreams={
+                name: upstream_command(UPSTREAM_LOG=log.path) for name, log in self.logs.items()
+            },
+        )
+
+    def tearDown(self):
+        self.gateway.stop()
+        for log in self.logs.values():
+            log.remove()
+
+    def test_clashing_tools_are_prefixed_and_go_to_their_own_upstream(self):
+        async def body():
+            async with mcp_client(self.gateway.url, self.key) as session:
+                names = {t.name for t in (await session.list_tools()).tools}
+                result = await session.call_tool(
+                    "shop__create_ticket", {"subject": "Only the shop", "priority": 1}
+                )
+                return names, result
+
+        names, result = run(body)
+        self.assertIn("desk__create_ticket", names)
+        self.assertIn("shop__create_ticket", names)
+        self.assertNotIn("create_ticket", names)
+        self.assertFalse(result.isError, result)
+        self.assertEqual(len(self.logs["shop"].calls("create_ticket")), 1)
+        self.assertEqual(self.logs["desk"].calls(), [])
+        call = ToolCall.objects.get(project=self.project, tool_name="shop__create_ticket")
+        self.assertEqual(call.state, "succeeded")
