@@ -9,12 +9,16 @@ What a tools/call upstream can end in, as ``Outcome.kind``:
 - ``rpc_error``: a JSON-RPC error answer (``McpError``: code and message);
 - ``timeout``: no answer within the upstream's timeout (the request was sent: unknown outcome);
 - ``dropped``: the connection closed while the request was out (unknown outcome);
-- ``unavailable``: the request was never sent (cannot connect, or the connection was already
-  closed): safe to send again.
+- ``unavailable``: the request was never sent (cannot connect, the connection was already
+  closed, or an HTTP upstream refused the connection or no longer knew the MCP session; it
+  answers 404 to a request of an unknown session without running it, MCP 2025-06-18 "Session
+  Management"): safe to send again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import shlex
 from collections.abc import Awaitable, Callable
@@ -24,14 +28,21 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import httpx
 from mcp import ClientSession, McpError, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
 logger = logging.getLogger(__name__)
 
 #: How long connecting and the MCP ``initialize`` handshake may take (seconds).
 CONNECT_TIMEOUT = 20.0
+#: ``_meta`` key of the operation ID on an upstream tools/call.
+META_OPERATION_ID = "callgate/operation_id"
+#: The code the SDK's Streamable HTTP client answers a request with when the server no longer
+#: knows the session (HTTP 404: the request did not run).
+SESSION_TERMINATED = 32600
 #: How long a closed session may answer its pending requests before it is torn down (seconds).
 CLOSE_GRACE = 0.2
 
@@ -72,6 +83,7 @@ class UpstreamConnection:
         self._closed: anyio.Event | None = None
         self._lock = anyio.Lock()
         self.generation = 0  # how many times a session was opened
+        self._pending: dict[str, anyio.CancelScope] = {}  # operation ID → its call's scope
 
     async def session(self) -> ClientSession:
         """The open session; connects (again) when there is none. Raises ``UpstreamUnavailable``."""
@@ -91,11 +103,25 @@ class UpstreamConnection:
             await self._health(self.spec, False, error)
             raise UpstreamUnavailable(f"{self.spec.name}: {error}")
 
-    def _transport(self):
-        if self.spec.transport == "http":
-            return streamable_http_client(self.spec.target)
-        argv = shlex.split(self.spec.target)
-        return stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]))
+    @contextlib.asynccontextmanager
+    async def _transport(self):
+        if self.spec.transport == "stdio":
+            argv = shlex.split(self.spec.target)
+            async with stdio_client(StdioServerParameters(command=argv[0], args=argv[1:])) as s:
+                yield s
+            return
+        timeout = httpx.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+        transport = RefusalWatch(self._refused)
+        async with (
+            httpx.AsyncClient(timeout=timeout, transport=transport) as http,
+            streamable_http_client(self.spec.target, http_client=http) as streams,
+        ):
+            yield streams
+
+    def _refused(self, operation_id: str) -> None:
+        scope = self._pending.get(operation_id)
+        if scope is not None:
+            scope.cancel()
 
     async def _hold(self, ready: anyio.Event, problem: list[str]) -> None:
         """Open the transport and the session, and keep them open until the upstream's
@@ -162,29 +188,72 @@ class UpstreamConnection:
                 return tools
 
     async def call(self, name: str, arguments: dict, *, meta: dict[str, Any]) -> Outcome:
-        """One tools/call upstream, never repeated; see the module docstring for outcomes."""
+        """One tools/call upstream, never repeated; see the module docstring for outcomes.
+        ``meta`` carries the operation ID (``META_OPERATION_ID``)."""
         try:
             session = await self.session()
         except UpstreamUnavailable as exc:
             return Outcome("unavailable", message=str(exc))
+        operation_id = meta.get(META_OPERATION_ID, "")
+        scope = self._pending[operation_id] = anyio.CancelScope()
         try:
-            result = await session.call_tool(
-                name,
-                arguments,
-                read_timeout_seconds=timedelta(seconds=self.spec.timeout),
-                meta=meta,
-            )
+            with scope:  # cancelled when the HTTP upstream refuses the connection (RefusalWatch)
+                result = await session.call_tool(
+                    name,
+                    arguments,
+                    read_timeout_seconds=timedelta(seconds=self.spec.timeout),
+                    meta=meta,
+                )
         except McpError as exc:
             if exc.error.code == types.CONNECTION_CLOSED:
                 self.close()
                 return Outcome("dropped", message=exc.error.message)
+            if exc.error.code == SESSION_TERMINATED:
+                self.close()
+                return Outcome("unavailable", message=f"{self.spec.name}: MCP session ended")
             if exc.error.code == 408 and exc.error.message.startswith("Timed out while waiting"):
                 return Outcome("timeout", message=f"no answer in {self.spec.timeout:g}s")
             return Outcome("rpc_error", code=exc.error.code, message=exc.error.message)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
             self.close()
             return Outcome("unavailable", message=f"{self.spec.name}: connection closed")
+        finally:
+            self._pending.pop(operation_id, None)
+        if scope.cancelled_caught:
+            self.close()
+            return Outcome("unavailable", message=f"{self.spec.name}: connection refused")
         return Outcome("result", result=result)
+
+
+class RefusalWatch(httpx.AsyncBaseTransport):
+    """httpx's transport, telling ``refused(operation_id)`` when the POST of a tools/call
+    could not connect: that request never reached the upstream."""
+
+    def __init__(self, refused: Callable[[str], None]):
+        self._inner = httpx.AsyncHTTPTransport()
+        self._refused = refused
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await self._inner.handle_async_request(request)
+        except httpx.ConnectError:
+            if request.method == "POST":
+                operation_id = _operation_id_of(request.content)
+                if operation_id:
+                    self._refused(operation_id)
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _operation_id_of(body: bytes) -> str | None:
+    """The operation ID in a JSON-RPC tools/call body's ``params._meta``, if any."""
+    try:
+        message = json.loads(body)
+        return message["params"]["_meta"][META_OPERATION_ID]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _error_text(exc: BaseException) -> str:

@@ -60,12 +60,10 @@ from callgate.lifecycle import IllegalTransition
 from callgate.models import ApiKey, Project, ToolCall
 from callgate.schemas import AttemptEvent, ContractIn, GateRequest
 from mcp_gateway import services
-from mcp_gateway.pool import Outcome, UpstreamConnection, UpstreamSpec
+from mcp_gateway.pool import META_OPERATION_ID, Outcome, UpstreamConnection, UpstreamSpec
 
 logger = logging.getLogger(__name__)
 
-#: ``_meta`` key of the operation ID on the upstream call and on the gateway's results.
-META_OPERATION_ID = "callgate/operation_id"
 #: How often a call waiting for approval looks at its state, and sends progress (seconds).
 APPROVAL_POLL = 0.5
 #: The longest backoff the gateway sleeps before sending a call that was never sent (seconds).

@@ -290,8 +290,13 @@ class GatewayHttpUpstreamTests(TransactionTestCase):
         self.assertFalse(results["after"].isError, results["after"])
         self.assertEqual(self.log.calls("create_ticket"), [])
         down = ToolCall.objects.get(project=self.project, tool_name="create_ticket")
-        self.assertNotEqual(down.state, "succeeded")
-        self.assertTrue(down.reason)
+        # a refused connection is known never to have been sent: retried up to the contract's
+        # attempts, each reported as not sent, then escalated; never an unknown outcome
+        attempts = list(down.events.filter(kind="attempt").values_list("body", flat=True))
+        self.assertEqual(len(attempts), down.attempts)
+        self.assertGreaterEqual(len(attempts), 2)
+        self.assertTrue(all(a["sent"] is False for a in attempts), attempts)
+        self.assertEqual((down.state, down.reason), ("in_review", "retry_exhausted"))
         self.assertEqual(len(self.log.calls("lookup_order")), 2)
 
 
