@@ -83,6 +83,7 @@ class UpstreamConnection:
         self._closed: anyio.Event | None = None
         self._lock = anyio.Lock()
         self.generation = 0  # how many times a session was opened
+        self._stopping = False
         self._pending: dict[str, anyio.CancelScope] = {}  # operation ID → its call's scope
 
     async def session(self) -> ClientSession:
@@ -153,6 +154,7 @@ class UpstreamConnection:
                 self._session, self._closed = session, closed
                 self.generation += 1
                 ready.set()
+                await self._health(self.spec, True, "")
                 await closed.wait()
                 self._session = None
                 # let the session answer its pending requests "Connection closed" before it
@@ -167,10 +169,14 @@ class UpstreamConnection:
             self._session = None
             closed.set()
             ready.set()
-        if problem or self.generation:
-            await self._health(self.spec, False, problem[0] if problem else "connection closed")
+        if problem or (self.generation and not self._stopping):
+            error = problem[0] if problem else "the upstream closed the connection"
+            await self._health(self.spec, False, error)
 
-    def close(self) -> None:
+    def close(self, *, stopping: bool = False) -> None:
+        """Close the session; the next call opens a new one (unless the gateway is
+        ``stopping``)."""
+        self._stopping = self._stopping or stopping
         if self._closed is not None:
             self._closed.set()
 

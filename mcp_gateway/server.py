@@ -151,7 +151,7 @@ class Gateway:
 
     def close(self) -> None:
         for connection in self.connections.values():
-            connection.close()
+            connection.close(stopping=True)
 
     async def _health(self, spec: UpstreamSpec, up: bool, error: str) -> None:
         if spec.pk is not None:
@@ -286,8 +286,9 @@ class Gateway:
         if route is None:
             return Outcome("unavailable", message=f"no upstream serves {name!r} now")
         outcome = await route.connection.call(route.name, arguments, meta={META_OPERATION_ID: op})
-        if outcome.kind != "result":
-            await self._health(route.connection.spec, outcome.kind == "rpc_error", _text(outcome))
+        if outcome.kind != "result":  # the upstream answered (up) or could not be reached
+            up = outcome.kind in ("rpc_error", "timeout")
+            await self._health(route.connection.spec, up, _text(outcome))
         return outcome
 
     async def _await_decision(self, principal: Principal, op: str, ctx) -> dict:

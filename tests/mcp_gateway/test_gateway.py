@@ -254,6 +254,10 @@ class GatewayStdioCrashTests(GatewayTestCase):
         self.assertEqual(len(self.log.calls("crash")), 1)
         [read] = self.log.calls("lookup_order")
         self.assertNotEqual(read["pid"], self.log.calls("crash")[0]["pid"])
+        # the gateway page's health: up again, with the crash as the last error
+        upstream = Upstream.objects.get(project=self.project, name="desk")
+        self.assertEqual(upstream.status, "up")
+        self.assertIn("closed", upstream.last_error.lower())
 
 
 class GatewayHttpUpstreamTests(TransactionTestCase):
