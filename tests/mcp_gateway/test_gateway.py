@@ -4,6 +4,7 @@ real upstream MCP server (a stdio subprocess), with callgate's gate in between."
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import anyio
@@ -13,6 +14,7 @@ from django.db import connection
 from django.test import TransactionTestCase
 
 from callgate.models import CallEvent, ToolCall, ToolContract
+from callgate.services import call_apply_decision
 from mcp_gateway.models import Upstream
 from tests.factories import BaseTestCase
 from tests.mcp_gateway.support import (
@@ -193,6 +195,34 @@ class GatewayUpstreamErrorTests(GatewayTestCase):
         self.assertEqual(result.meta["callgate/reason"], call.reason)
         upstream = Upstream.objects.get(project=self.project, name="desk")
         self.assertIn("-32602", upstream.last_error)
+
+
+class GatewayApprovalTests(GatewayTestCase):
+    def test_a_rejected_approval_is_an_error_result_and_never_sent(self):
+        outcome = {}
+
+        async def body():
+            async with self.session() as session:
+                outcome["result"] = await session.call_tool(
+                    "refund", {"order_id": "A-8", "amount_cents": 900}
+                )
+
+        thread = threading.Thread(target=run, args=(body,), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        call = None
+        while time.monotonic() < deadline and call is None:
+            call = ToolCall.objects.filter(
+                project=self.project, tool_name="refund", state="pending_approval"
+            ).first()
+            time.sleep(0.2)
+        self.assertIsNotNone(call, "the refund never waited for approval")
+        call_apply_decision(call=call, decision="reject", reason="Not this one", user=self.alice)
+        thread.join(timeout=30)
+        result = outcome["result"]
+        self.assertTrue(result.isError)
+        self.assertEqual(result.meta["callgate/state"], "rejected")
+        self.assertEqual(self.log.calls("refund"), [])
 
 
 class GatewayTimeoutTests(GatewayTestCase):

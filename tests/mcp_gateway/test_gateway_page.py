@@ -85,6 +85,13 @@ class GatewayPageTests(BaseTestCase):
         self.upstream = services.upstream_set(
             project=self.project, name="shop", target="http://127.0.0.1:9/mcp"
         )
+        services.tools_publish(
+            upstream_id=self.upstream.pk, tools=[LOOKUP], names={"lookup": "lookup"}
+        )
+        changed = {**LOOKUP, "description": "Look up an order by its ID or its number."}
+        services.tools_publish(
+            upstream_id=self.upstream.pk, tools=[changed], names={"lookup": "lookup"}
+        )
         Upstream.objects.filter(pk=self.upstream.pk).update(
             status="down", last_error="ConnectError: All connection attempts failed"
         )
@@ -97,6 +104,8 @@ class GatewayPageTests(BaseTestCase):
         page = self.client.get(self.url())
         self.assertContains(page, "shop")
         self.assertContains(page, "ConnectError: All connection attempts failed")
+        self.assertContains(page, ">changed</span>")
+        self.assertContains(page, f"/p/{self.project.slug}/contracts/lookup/")
         self.assertNotContains(page, "Add an upstream")
 
     def test_outsiders_get_404_and_viewers_cannot_change(self):
