@@ -85,19 +85,6 @@ def db(fn):
 
 
 @dataclass(frozen=True)
-class Principal:
-    api_key: ApiKey
-
-    @property
-    def project(self) -> Project:
-        return self.api_key.project
-
-    @property
-    def agent(self):
-        return self.api_key.agent
-
-
-@dataclass(frozen=True)
 class ToolRoute:
     """Where an exposed tool name goes: an upstream and the tool's name there."""
 
@@ -128,11 +115,11 @@ class Gateway:
         self, *, project: Project, specs: list[UpstreamSpec], api_key: ApiKey | None = None
     ):
         self.project, self.specs = project, specs
-        self.stdio_principal = Principal(api_key) if api_key else None
+        self.stdio_key = api_key
         self.connections: dict[str, UpstreamConnection] = {}
         self.routes: dict[str, ToolRoute] = {}
         self.server: Server = Server("callgate-mcp-gateway")
-        self._keys: dict[str, Principal] = {}
+        self._keys: dict[str, ApiKey] = {}  # by the SDK's client_id (the key's pk)
         self._joined: dict[int, int] = {}  # agent ID → tools generation it joined
         self._generation = 0
         self._refreshed = 0.0
@@ -200,6 +187,7 @@ class Gateway:
     # --- MCP handlers ---------------------------------------------------------------------
 
     async def list_tools(self) -> list[types.Tool]:
+        """The MCP ``tools/list`` handler: every upstream's tools under their exposed names."""
         await self.refresh_tools()
         return [
             route.tool.model_copy(update={"name": exposed})
@@ -207,11 +195,13 @@ class Gateway:
         ]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """The MCP ``tools/call`` handler: always a ``CallToolResult`` (``isError`` for
+        anything but the upstream's success or a stored receipt), never a JSON-RPC error."""
         ctx = self.server.request_context
-        principal = await self._principal(ctx)
+        caller = await self._caller(ctx)
         if not self.routes:
             await self.refresh_tools(force=True)
-        await self._join(principal)
+        await self._join(caller)
         session_id, client = self._session_info(ctx)
         extra = (ctx.meta.model_extra or {}) if ctx.meta else {}
         request_id = extra.get("request_id")
@@ -229,14 +219,15 @@ class Gateway:
         }
         gate = GateRequest(format="mcp", call=call, request_id=request_id)
         try:
-            return await self._run(principal, gate, name, arguments, ctx)
+            return await self._run(caller, gate, name, arguments, ctx)
         except EventRefused as exc:
             return _error_result(f"callgate refused the call: {exc}", None)
 
-    async def _run(self, principal, gate, name, arguments, ctx) -> types.CallToolResult:
-        answer = await db(core.gate_check)(
-            project=principal.project, agent=principal.agent, gate=gate
-        )
+    async def _run(
+        self, caller: ApiKey, gate: GateRequest, name: str, arguments: dict, ctx
+    ) -> types.CallToolResult:
+        """The gate's verdict followed to the end (see the module docstring)."""
+        answer = await db(core.gate_check)(project=caller.project, agent=caller.agent, gate=gate)
         unsent = False  # the last attempt never reached the upstream
         asked = True  # the answer is the gate's (the client asked), not an attempt's
         for _ in range(MAX_STEPS):
@@ -244,7 +235,7 @@ class Gateway:
             if verdict == "return_receipt":
                 return _receipt_result(answer)
             if verdict == "pending_approval":
-                answer = await self._await_decision(principal, op, ctx)
+                answer = await self._await_decision(caller, op, ctx)
                 continue
             runnable = verdict == "allow" and answer["state"] == ToolCall.State.ALLOWED
             if verdict == "retry" and (asked or unsent):
@@ -254,10 +245,9 @@ class Gateway:
                 return _error_result(answer["observation"] or answer["reason"] or verdict, answer)
             if op in self._inflight:  # the same operation is out upstream: wait, then ask again
                 await self._inflight[op].wait()
+                # (a new event: the gate request has no event_id, so each check gets its own)
                 answer = await db(core.gate_check)(
-                    project=principal.project,
-                    agent=principal.agent,
-                    gate=gate.model_copy(update={"event_id": None, "occurred_at": None}),
+                    project=caller.project, agent=caller.agent, gate=gate
                 )
                 continue
             done = self._inflight[op] = anyio.Event()
@@ -267,8 +257,8 @@ class Gateway:
                 with anyio.CancelScope(shield=True):
                     outcome = await self._send(name, arguments, op)
                     answer = await db(core.attempt_report)(
-                        project=principal.project,
-                        agent=principal.agent,
+                        project=caller.project,
+                        agent=caller.agent,
                         attempt=_attempt_event(op, gate.request_id, outcome),
                     )
             finally:
@@ -291,18 +281,18 @@ class Gateway:
             await self._health(route.connection.spec, up, _text(outcome))
         return outcome
 
-    async def _await_decision(self, principal: Principal, op: str, ctx) -> dict:
+    async def _await_decision(self, caller: ApiKey, op: str, ctx) -> dict:
         """Wait until the call is no longer ``pending_approval``: an operator decided in the
         review queue, or its approval timeout passed (then ``approval_expired`` is recorded).
         Sends ``notifications/progress`` meanwhile when the client asked for progress."""
         token = ctx.meta.progressToken if ctx.meta else None
         started = time.monotonic()
         while True:
-            answer, expires_at = await db(_call_state)(principal.project, op)
+            answer, expires_at = await db(_call_state)(caller.project, op)
             if answer["verdict"] != "pending_approval":
                 return answer
             if expires_at is not None and timezone.now() >= expires_at:
-                return await db(_approval_expire)(principal.project, op)
+                return await db(_approval_expire)(caller.project, op)
             if token is not None:
                 total = (expires_at - timezone.now()).total_seconds() if expires_at else None
                 waited = time.monotonic() - started
@@ -317,23 +307,25 @@ class Gateway:
 
     # --- identity -------------------------------------------------------------------------
 
-    async def _principal(self, ctx) -> Principal:
-        if self.stdio_principal is not None:
-            return self.stdio_principal
+    async def _caller(self, ctx) -> ApiKey:
+        """The API key of the request (its agent and project): stdio's, or the one the SDK's
+        bearer middleware verified (``KeyVerifier``) for this HTTP request."""
+        if self.stdio_key is not None:
+            return self.stdio_key
         user = getattr(ctx.request, "user", None) if ctx.request is not None else None
         token = getattr(user, "access_token", None)
         if token is None:  # RequireAuthMiddleware lets nothing else through
             raise PermissionError("no callgate API key on this request")
-        principal = self._keys.get(token.client_id)
-        if principal is None:
+        key = self._keys.get(token.client_id)
+        if key is None:
             key = await db(ApiKey.objects.select_related("agent", "project").get)(
                 pk=int(token.client_id)
             )
-            principal = self._keys[token.client_id] = Principal(key)
-        return principal
+            self._keys[token.client_id] = key
+        return key
 
-    async def _join(self, principal: Principal) -> None:
-        agent = principal.agent
+    async def _join(self, caller: ApiKey) -> None:
+        agent = caller.agent
         if self._joined.get(agent.pk) == self._generation:
             return
         contracts = {name: r.contract for name, r in self.routes.items() if r.contract}
