@@ -354,6 +354,25 @@ class GatewayDisconnectTests(GatewayTestCase):
         self.assertEqual((call.state, call.attempts), ("succeeded", 1))
         self.assertEqual(len(self.log.calls("slow_write")), 1)
 
+    def test_the_same_write_twice_at_once_reaches_upstream_once(self):
+        async def body():
+            results = []
+            async with self.session() as session:
+
+                async def call():
+                    results.append(await session.call_tool("slow_write", {"note": "twice"}))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    tg.start_soon(call)
+            return results
+
+        results = run(body)
+        self.assertEqual([r.isError for r in results], [False, False])
+        self.assertEqual(len(self.log.calls("slow_write")), 1)
+        reasons = sorted(r.meta["callgate/reason"] for r in results)
+        self.assertEqual(reasons, ["duplicate_suppressed", "ok"])
+
 
 class GatewayTwoUpstreamsTests(TransactionTestCase):
     def setUp(self):
