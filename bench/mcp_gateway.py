@@ -20,6 +20,7 @@ Prints p50 and p99 latency of each in milliseconds, and the gateway's cost per c
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import secrets
 import socket
@@ -51,6 +52,8 @@ from callgate.auth import api_key_issue  # noqa: E402
 from callgate.models import Agent, Project  # noqa: E402
 
 UPSTREAM = ROOT / "tests" / "mcp_gateway" / "upstream.py"
+for noisy in ("httpx", "mcp"):  # one line per request otherwise
+    logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def wait_for_port(port: int, process: subprocess.Popen, what: str) -> None:
