@@ -26,6 +26,7 @@ PURE = (
     "callgate.lifecycle",
     "callgate.lint",
     "callgate.schemas",
+    "callgate.timeparse",
 )
 
 
