@@ -37,6 +37,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 #: the marker that replaces sensitive argument values before storage
 REDACTED = "•••"
@@ -97,9 +98,17 @@ class _GuardedTransport(httpx.HTTPTransport):
 def make_client() -> httpx.Client:
     """The HTTP client of a look-up made without one (the task's). No redirects: a look-up
     that redirects is answered as could-not-tell, and credentials never follow a redirect.
-    Its transport refuses origins callgate may not reach (``lookup_refusal``). Tests and the
-    demo patch this to reach the simulator in-process."""
-    return httpx.Client(follow_redirects=False, transport=_GuardedTransport())
+
+    Its transport is the one ``settings.CALLGATE_RECONCILE_TRANSPORT`` makes when that is set
+    (a factory returning an ``httpx.BaseTransport``, or its dotted path: the demo's
+    in-process simulator, ``demo.simulator.lookup_transport``); otherwise httpx's own,
+    refusing origins callgate may not reach (``lookup_refusal``)."""
+    factory = settings.CALLGATE_RECONCILE_TRANSPORT
+    if not factory:
+        return httpx.Client(follow_redirects=False, transport=_GuardedTransport())
+    if isinstance(factory, str):
+        factory = import_string(factory)
+    return httpx.Client(follow_redirects=False, transport=factory())
 
 
 def reconcile_url(*, contract, operation_id: str) -> str:
