@@ -71,6 +71,10 @@ class Contract:
     max_reasks: int = 2
     requires_approval: bool = False
     description: str = ""
+    volatile_arguments: tuple[str, ...] = ()
+    max_identical: int = 3
+    not_found_may_hide_forbidden: bool = False
+    result_error_markers: bool = True
 
     @property
     def schema_key(self) -> str:

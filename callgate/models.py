@@ -146,6 +146,21 @@ class ToolContract(models.Model):
     requires_approval = models.BooleanField(default=False)
     approval_timeout_seconds = models.PositiveIntegerField(default=15 * 60)
     sensitive_fields = models.JSONField(default=list, blank=True)
+    # TAXONOMY v2
+    volatile_arguments = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="JSON Pointers (RFC 6901) left out of the operation ID and the duplicate checks.",
+    )
+    max_identical = models.PositiveIntegerField(
+        default=3, help_text="Identical proposals allowed per request before loop_detected."
+    )
+    not_found_may_hide_forbidden = models.BooleanField(
+        default=False, help_text="A 404 of this tool may hide a permission problem (review)."
+    )
+    result_error_markers = models.BooleanField(
+        default=True, help_text="Read error markers (ok: false, failures: [...]) in results."
+    )
     digest = models.CharField(max_length=64)  # SHA-256 of the canonical contract body
     lint_score = models.PositiveIntegerField(default=100)
     lint_findings = models.JSONField(default=list, blank=True)

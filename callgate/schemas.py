@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
 
+from callgate.wire import pointer_problem
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -190,6 +191,26 @@ class ContractIn(_Strict):
         default_factory=list, max_length=100
     )
     parameters: dict
+    # TAXONOMY v2
+    volatile_arguments: list[Annotated[str, Field(max_length=500)]] = Field(
+        default_factory=list,
+        max_length=100,
+        description="JSON Pointers (RFC 6901) to arguments left out of the operation ID and the "
+        "duplicate checks (a client idempotency key, a nonce); still validated and stored.",
+    )
+    max_identical: int = Field(
+        3, ge=1, le=1000, description="Identical proposals allowed per request (loop_detected)."
+    )
+    not_found_may_hide_forbidden: bool = False
+    result_error_markers: bool = True
+
+    @field_validator("volatile_arguments")
+    @classmethod
+    def _pointers(cls, value: list[str]) -> list[str]:
+        for index, pointer in enumerate(value):
+            if problem := pointer_problem(pointer):
+                raise ValueError(f"[{index}] {problem}")
+        return value
 
     @field_validator("reconcile_url")
     @classmethod
