@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from callgate.wire import pointer_problem
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -24,6 +23,8 @@ from pydantic import (
     TypeAdapter,
     field_validator,
 )
+
+from callgate.wire import pointer_problem
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
 Format = Literal["openai", "openai_responses", "anthropic", "gemini", "mcp", "plain"]
