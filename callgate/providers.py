@@ -633,6 +633,18 @@ def normalise(format: str, call: Any) -> Proposal:
     return proposal
 
 
+def envelope_calls(format: str, call: Any) -> int:
+    """How many tool calls a ``proposed`` event's ``call`` holds when it is a whole model
+    response (an integration error when above 1: the runtime must send a ``turn``); 0 when it
+    is not a response envelope. Cheap for an ordinary call (a few key look-ups)."""
+    if not isinstance(call, dict) or not any(k in call for k in _ENVELOPE_KEYS.get(format, ())):
+        return 0
+    try:
+        return len(split_turn(format, call))
+    except (TurnError, AttributeError, TypeError, ValueError):
+        return 0
+
+
 def _from_envelope(format: str, call: dict) -> Proposal:
     """A whole response sent as one call: its one tool call, or flagged when it holds
     several (``turn_calls``), malformed when none."""
