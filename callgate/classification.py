@@ -71,6 +71,13 @@ class Contract:
     max_reasks: int = 2
     requires_approval: bool = False
     description: str = ""
+    volatile_arguments: tuple[str, ...] = ()
+    max_identical: int = 3
+    not_found_may_hide_forbidden: bool = False
+    result_error_markers: bool = True
+    #: False for the stand-in of a tool with no registered contract (the gate answered
+    #: ``unknown_tool`` and the runtime executed the call anyway)
+    registered: bool = True
 
     @property
     def schema_key(self) -> str:

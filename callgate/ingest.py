@@ -82,6 +82,10 @@ def contract_view(contract: ToolContract) -> cls.Contract:
         max_reasks=contract.max_reasks,
         requires_approval=contract.requires_approval,
         description=contract.description,
+        volatile_arguments=tuple(contract.volatile_arguments),
+        max_identical=contract.max_identical,
+        not_found_may_hide_forbidden=contract.not_found_may_hide_forbidden,
+        result_error_markers=contract.result_error_markers,
     )
 
 

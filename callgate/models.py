@@ -146,6 +146,14 @@ class ToolContract(models.Model):
     requires_approval = models.BooleanField(default=False)
     approval_timeout_seconds = models.PositiveIntegerField(default=15 * 60)
     sensitive_fields = models.JSONField(default=list, blank=True)
+    volatile_arguments = models.JSONField(
+        default=list, blank=True, help_text="JSON Pointers left out of the operation ID."
+    )
+    max_identical = models.PositiveIntegerField(
+        default=3, help_text="Identical proposals per request before loop_detected."
+    )
+    not_found_may_hide_forbidden = models.BooleanField(default=False)
+    result_error_markers = models.BooleanField(default=True)
     digest = models.CharField(max_length=64)  # SHA-256 of the canonical contract body
     lint_score = models.PositiveIntegerField(default=100)
     lint_findings = models.JSONField(default=list, blank=True)
@@ -297,6 +305,15 @@ class CallEvent(models.Model):
     category = models.CharField(max_length=20, choices=Category.choices, blank=True)
     route = models.CharField(max_length=20, choices=Route.choices, blank=True)
     observation = models.TextField(blank=True)
+    cause = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="What the classifier read the failure's cause from, e.g. "
+        "'rate limit read from the result body'.",
+    )
+    failed_items = models.JSONField(
+        null=True, blank=True, help_text="A partial failure's failed items: [{item, error}]."
+    )
     state_before = models.CharField(max_length=20, blank=True)
     state_after = models.CharField(max_length=20, blank=True)
 

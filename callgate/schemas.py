@@ -81,7 +81,21 @@ class ProposedEvent(Envelope):
     call: Any = Field(description="The model's tool call exactly as its provider emits it.")
 
 
+class JsonRpcError(_Strict):
+    """A JSON-RPC 2.0 error object (JSON-RPC 2.0 §5.1), as an MCP server answers a
+    ``tools/call`` it refuses or fails: ``code`` -32700…-32600 for the envelope, -32601 method
+    not found, -32602 invalid params, -32603 internal error, -32000…-32099 server errors."""
+
+    code: int = Field(ge=-(2**53), le=2**53)
+    message: str = Field(description="Any length: classified whole, stored cut.")
+    data: Any = None
+
+
 class AttemptEvent(Envelope):
+    """One execution of a call. ``call_id`` (the envelope's) names the call of a turn that it
+    executed. ``error``, a string ``result`` and ``jsonrpc_error.message`` may be of any length
+    (within the request size limit): they are classified whole and stored cut."""
+
     type: Literal["attempt"]
     attempt: int | None = Field(None, ge=1, le=10_000)
     sent: bool | None = Field(
@@ -89,10 +103,13 @@ class AttemptEvent(Envelope):
     )
     outcome: Literal["success", "error", "timeout", "connection_reset", "circuit_open"]
     http_status: int | None = Field(None, ge=100, le=599)
-    error: str | None = Field(None, max_length=10_000)
+    error: str | None = None
     result: Any = None
     result_count: int | None = Field(None, ge=0, le=2**53)
     result_format: Literal["mcp"] | None = None
+    jsonrpc_error: JsonRpcError | None = Field(
+        None, description="An MCP server's JSON-RPC error answer (with outcome: error)."
+    )
 
 
 class DeniedEvent(Envelope):
@@ -189,7 +206,44 @@ class ContractIn(_Strict):
     sensitive_fields: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
         default_factory=list, max_length=100
     )
+    volatile_arguments: list[Annotated[str, Field(max_length=500)]] = Field(
+        default_factory=list,
+        max_length=100,
+        description=(
+            "JSON Pointers (RFC 6901) to argument values that change on every proposal without "
+            "changing the operation (a client idempotency key, a nonce): left out of the "
+            "operation ID and the duplicate checks, still validated and stored."
+        ),
+    )
+    max_identical: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="Identical proposals (same tool, same canonical arguments) allowed per request "
+        "before loop_detected.",
+    )
+    not_found_may_hide_forbidden: bool = Field(
+        False,
+        description="A 404 of this tool may hide a permission problem: not_found_or_forbidden "
+        "(human review) instead of reference_not_found.",
+    )
+    result_error_markers: bool = Field(
+        True,
+        description="Read error and partial-failure markers (ok: false, status: failed, failures: "
+        "[…]) in successful results; false for a tool that returns such fields as data.",
+    )
     parameters: dict
+
+    @field_validator("volatile_arguments")
+    @classmethod
+    def _pointers(cls, value: list[str]) -> list[str]:
+        for pointer in value:
+            if not pointer.startswith("/") or re.search(r"~[^01]|~$", pointer):
+                raise ValueError(
+                    f"{pointer!r} is not a JSON Pointer (RFC 6901) into the arguments, "
+                    "e.g. /idempotency_key"
+                )
+        return value
 
     @field_validator("reconcile_url")
     @classmethod

@@ -85,6 +85,16 @@ class ContractRejected(ValueError):
         super().__init__(f"{loc}: {msg}")
 
 
+#: Contract fields added by taxonomy v2, with their defaults: left out of the digest when at
+#: their default, so re-registering an unchanged v1 contract is still a no-op.
+V2_CONTRACT_DEFAULTS = {
+    "volatile_arguments": [],
+    "max_identical": 3,
+    "not_found_may_hide_forbidden": False,
+    "result_error_markers": True,
+}
+
+
 def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[ToolContract, bool]:
     """Register ``name`` for ``agent``: the same contract again is a no-op, a changed one
     becomes the next version; used versions are never modified. Returns (version, created).
@@ -99,6 +109,9 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
     if problem := schema_problems(payload.parameters):
         raise ContractRejected("parameters", problem)
     body = payload.model_dump(mode="json", exclude={"name", "version"})
+    for key, default in V2_CONTRACT_DEFAULTS.items():
+        if body.get(key) == default:  # a contract registered before v2 keeps its digest
+            body.pop(key)
     digest = arguments_digest(body)
     if payload.reconcile_url:
         method = ToolContract.ReconcileMethod.HTTP
@@ -153,6 +166,10 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
                     requires_approval=payload.requires_approval,
                     approval_timeout_seconds=payload.approval_timeout_seconds,
                     sensitive_fields=payload.sensitive_fields,
+                    volatile_arguments=payload.volatile_arguments,
+                    max_identical=payload.max_identical,
+                    not_found_may_hide_forbidden=payload.not_found_may_hide_forbidden,
+                    result_error_markers=payload.result_error_markers,
                     digest=digest,
                     lint_score=report.score,
                     lint_findings=[f.as_dict() for f in report.findings],
