@@ -132,9 +132,13 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
         "rate limit",
         STATUS,
         429,
-        r"(?-i:(?<![a-z]))" + _words("rate limit") + "|" + _words("too many requests")
+        r"(?-i:(?<![a-z]))"
+        + _words("rate limit")
+        + "|"
+        + _words("too many requests")
         # S3's SlowDown, gRPC's RESOURCE_EXHAUSTED
-        + r"|quota|throttl|" + _words("slow down", "resource exhausted", "request rate"),
+        + r"|quota|throttl|"
+        + _words("slow down", "resource exhausted", "request rate"),
     ),
     _family(
         "credential refused",
@@ -340,7 +344,11 @@ def read_failure(failure: Failure) -> Cause:
                 where_said = "its message" if failure.code is not None else source
                 return _replace(other, code=code, said=f"{name} with {words} in {where_said}")
             return Cause(
-                STATUS, status=500, code=code, text=text, said=f"{name} from {where}: a server error"
+                STATUS,
+                status=500,
+                code=code,
+                text=text,
+                said=f"{name} from {where}: a server error",
             )
     # 3. an HTTP error status, 4. the text, 5. nothing
     cause = _read_text_and_status(failure, found)
@@ -380,7 +388,10 @@ def _read_text(text: str, source: str, found) -> tuple[Cause, str] | None:
         family, words = found
         words = f"'{_quote_short(words)}'"
         cause = Cause(
-            family.kind, status=family.status, text=text, said=f"{family.label} read from {source} ({words})"
+            family.kind,
+            status=family.status,
+            text=text,
+            said=f"{family.label} read from {source} ({words})",
         )
         return cause, words
     return None
@@ -487,9 +498,7 @@ def _item_message(item: Any) -> str:
 def _partial(node: Mapping, source: str) -> Cause | None:
     """A batch result that reports failed items: ``PARTIAL`` beside evidence of success,
     else (every item failed) the cause its items' messages name."""
-    failed = next(
-        (node[k] for k in _FAILED_LISTS if isinstance(node.get(k), list) and node[k]), []
-    )
+    failed = next((node[k] for k in _FAILED_LISTS if isinstance(node.get(k), list) and node[k]), [])
     failed_count = max([_count(node.get(k)) or 0 for k in _FAILED_COUNTS] + [len(failed)])
     if not failed_count:
         return None

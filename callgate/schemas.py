@@ -22,10 +22,17 @@ from pydantic import (
     Field,
     TypeAdapter,
     field_validator,
+    model_validator,
 )
 
+from callgate.wire import pointer_problem
+
 Id = Annotated[str, Field(min_length=1, max_length=200)]
-Format = Literal["openai", "openai_responses", "anthropic", "gemini", "mcp", "plain"]
+Format = Literal[
+    "openai", "openai_responses", "anthropic", "gemini", "bedrock", "ollama", "mcp", "plain"
+]
+TurnFormat = Literal["openai", "openai_responses", "anthropic", "gemini", "bedrock", "ollama"]
+TURN_FORMATS = TurnFormat.__args__
 
 
 class _Strict(BaseModel):
@@ -91,6 +98,15 @@ class JsonRpcError(_Strict):
     data: Any = None
 
 
+class TurnEvent(Envelope):
+    """A whole model response that may hold several tool calls (TAXONOMY v2, "Whole model
+    turns"): split into one call per tool call, in order, each with its own operation ID."""
+
+    type: Literal["turn"]
+    format: TurnFormat
+    response: Any = Field(description="The model's response exactly as its provider emits it.")
+
+
 class AttemptEvent(Envelope):
     """One execution of a call. ``call_id`` (the envelope's) names the call of a turn that it
     executed. ``error``, a string ``result`` and ``jsonrpc_error.message`` may be of any length
@@ -144,6 +160,7 @@ class ApprovalExpiredEvent(Envelope):
 
 Event = Annotated[
     ProposedEvent
+    | TurnEvent
     | AttemptEvent
     | DeniedEvent
     | ReconciledEvent
@@ -154,15 +171,28 @@ Event = Annotated[
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 EVENT_TYPES = frozenset(
-    {"proposed", "attempt", "denied", "reconciled", "receipt", "decision", "approval_expired"}
+    {
+        "proposed",
+        "turn",
+        "attempt",
+        "denied",
+        "reconciled",
+        "receipt",
+        "decision",
+        "approval_expired",
+    }
 )
 
 
 class GateRequest(_Strict):
-    """``POST /api/v1/calls``: a proposed call to check before executing it."""
+    """``POST /api/v1/calls``: a proposed call to check before executing it (``call``), or a
+    whole model response whose calls are checked together (``turn``; TAXONOMY v2)."""
 
     format: Format
-    call: Any
+    call: Any = None
+    turn: Any = Field(
+        None, description="A whole model response (as in a turn event); answered {calls: [...]}"
+    )
     operation_id: Id | None = None
     request_id: Id | None = None
     conversation_id: Id | None = None
@@ -175,6 +205,15 @@ class GateRequest(_Strict):
         gt=EARLIEST,
         description="As for events; clock skew is checked on receipt.",
     )
+
+    @model_validator(mode="after")
+    def _call_or_turn(self) -> GateRequest:
+        has_call, has_turn = "call" in self.model_fields_set, "turn" in self.model_fields_set
+        if has_call == has_turn:
+            raise ValueError("send either call (one tool call) or turn (a whole model response)")
+        if has_turn and self.format not in TURN_FORMATS:
+            raise ValueError(f"a turn's format must be one of {', '.join(TURN_FORMATS)}")
+        return self
 
 
 class RetryPolicy(_Strict):
@@ -206,43 +245,26 @@ class ContractIn(_Strict):
     sensitive_fields: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
         default_factory=list, max_length=100
     )
+    parameters: dict
+    # TAXONOMY v2
     volatile_arguments: list[Annotated[str, Field(max_length=500)]] = Field(
         default_factory=list,
         max_length=100,
-        description=(
-            "JSON Pointers (RFC 6901) to argument values that change on every proposal without "
-            "changing the operation (a client idempotency key, a nonce): left out of the "
-            "operation ID and the duplicate checks, still validated and stored."
-        ),
+        description="JSON Pointers (RFC 6901) to arguments left out of the operation ID and the "
+        "duplicate checks (a client idempotency key, a nonce); still validated and stored.",
     )
     max_identical: int = Field(
-        3,
-        ge=1,
-        le=100,
-        description="Identical proposals (same tool, same canonical arguments) allowed per request "
-        "before loop_detected.",
+        3, ge=1, le=1000, description="Identical proposals allowed per request (loop_detected)."
     )
-    not_found_may_hide_forbidden: bool = Field(
-        False,
-        description="A 404 of this tool may hide a permission problem: not_found_or_forbidden "
-        "(human review) instead of reference_not_found.",
-    )
-    result_error_markers: bool = Field(
-        True,
-        description="Read error and partial-failure markers (ok: false, status: failed, failures: "
-        "[…]) in successful results; false for a tool that returns such fields as data.",
-    )
-    parameters: dict
+    not_found_may_hide_forbidden: bool = False
+    result_error_markers: bool = True
 
     @field_validator("volatile_arguments")
     @classmethod
     def _pointers(cls, value: list[str]) -> list[str]:
-        for pointer in value:
-            if not pointer.startswith("/") or re.search(r"~[^01]|~$", pointer):
-                raise ValueError(
-                    f"{pointer!r} is not a JSON Pointer (RFC 6901) into the arguments, "
-                    "e.g. /idempotency_key"
-                )
+        for index, pointer in enumerate(value):
+            if problem := pointer_problem(pointer):
+                raise ValueError(f"[{index}] {problem}")
         return value
 
     @field_validator("reconcile_url")
@@ -294,6 +316,11 @@ class CallAnswer(BaseModel):
     """What the agent should do next with a call."""
 
     operation_id: str
+    call_id: str | None = Field(None, description="The provider's tool-call ID, when it had one.")
+    executed_by: Literal["client", "provider"] = Field(
+        "client",
+        description="provider: the model's provider ran the call itself (recorded, never gated).",
+    )
     verdict: Literal[
         "allow",
         "reask",
@@ -321,6 +348,12 @@ class CallAnswer(BaseModel):
         description="Suggested full-jitter backoff in seconds when the route is retry."
     )
     decision: Decision | None
+
+
+class TurnAnswer(BaseModel):
+    """The gate's answer to a whole model turn: one ``CallAnswer`` per call, in order."""
+
+    calls: list[CallAnswer]
 
 
 class CallDetail(CallAnswer):
@@ -364,6 +397,9 @@ class EventStatus(BaseModel):
     )
     kind: str | None = Field(description="The event's type: proposed, attempt, denied, …")
     errors: list[FieldError] = []
+    calls: list[CallAnswer] | None = Field(
+        None, description="For a turn event: one answer per call of the turn, in order."
+    )
     answer: CallAnswer | None = Field(
         description=(
             "For an applied event: the answer as this event left the call (reason, category, route, verdict, "
