@@ -37,7 +37,11 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
 from django.utils.module_loading import import_string
+
+from callgate.models import ToolCall
 
 #: the marker that replaces sensitive argument values before storage
 REDACTED = "•••"
@@ -299,10 +303,6 @@ def reconcile_calls_claim_stale(*, older_than, limit: int = 500) -> list[int]:
     ``reconcile_requested_at`` to now, so concurrent sweepers never enqueue one call twice
     and a claimed call is not re-enqueued again before another ``older_than`` has passed.
     Returns the claimed call ids (the caller enqueues them)."""
-    from django.db.models import Q
-    from django.utils import timezone
-
-    from callgate.models import ToolCall
 
     now = timezone.now()
     cutoff = now - older_than

@@ -23,7 +23,7 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
-from callgate.models import Agent, CallRollup, Project, ToolCall, ToolContract
+from callgate.models import Agent, CallEvent, CallRollup, Project, ToolCall, ToolContract
 from callgate.reports.rollups import hour_floor
 from callgate.taxonomy import TABLE, Category, Reason, Route
 from callgate.timeparse import format_time, parse_time
@@ -513,7 +513,6 @@ def report_unknown_outcomes(*, project: Project, f: ReportFilters) -> dict:
     event (finished without a decision), or still open. Returns ``{"total",
     "by_reconciliation", "by_human", "open", "rows": [{"reason", "category", "by_reconciliation",
     "by_human", "open", "calls"}]}``."""
-    from callgate.models import CallEvent
 
     ever_unknown = CallEvent.objects.filter(
         project=project, category=Category.UNKNOWN_OUTCOME
