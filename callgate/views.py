@@ -25,7 +25,20 @@ from callgate.selectors import TIME_PRESETS, CallFilters, Cursor
 from callgate.taxonomy import Category, Reason, Route
 
 #: query parameters of the calls list that narrow it (the reports link with these)
-FILTER_PARAMS = ("reason", "category", "route", "tool", "agent", "state", "since", "until", "q")
+FILTER_PARAMS = (
+    "reason",
+    "category",
+    "route",
+    "tool",
+    "agent",
+    "state",
+    "since",
+    "until",
+    "q",
+    "trace_id",
+    "request_id",
+    "conversation_id",
+)
 
 
 @require_GET
@@ -90,6 +103,8 @@ def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
     choice("state", ToolCall.State.values)
     values["tool"] = params.get("tool", "").strip()[:128]
     values["q"] = params.get("q", "").strip()[:200]
+    for name in ("trace_id", "request_id", "conversation_id"):
+        values[name] = params.get(name, "").strip()[:200]
     raw_agent = params.get("agent", "").strip()
     if raw_agent:
         if raw_agent.isdigit() and len(raw_agent) < 19:  # fits a bigint
@@ -134,7 +149,13 @@ def _chips(params: QueryDict, *, filters: CallFilters, agents: dict[int, str]) -
             value = Category(filters.category).label
         elif name == "state" and filters.state:
             value = ToolCall.State(filters.state).label
-        label = {"q": "operation ID", "tool": "tool"}.get(name, name)
+        label = {
+            "q": "operation ID",
+            "tool": "tool",
+            "trace_id": "trace",
+            "request_id": "request",
+            "conversation_id": "conversation",
+        }.get(name, name)
         chips.append(
             {
                 "name": name,
