@@ -71,6 +71,10 @@ class Contract:
     max_reasks: int = 2
     requires_approval: bool = False
     description: str = ""
+    volatile_arguments: tuple[str, ...] = ()
+    max_identical: int = 3
+    not_found_may_hide_forbidden: bool = False
+    result_error_markers: bool = True
 
     @property
     def schema_key(self) -> str:
@@ -518,6 +522,27 @@ def validate_arguments(
 # --- proposals ----------------------------------------------------------------------------
 
 
+#: The re-ask budget of a tool with no contract (``unknown_tool`` included; TAXONOMY v2).
+NO_CONTRACT_REASKS = 2
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the request and the model turn know of a proposal (TAXONOMY v2): how many times
+    this tool was proposed with these canonical arguments in this request, this one included
+    (``identical``), a sticky refusal of the same tool and arguments in this request, and the
+    turn-level findings (``duplicate_call_id``: an earlier call of the turn had this call ID;
+    ``in_flight``: an earlier call of the turn has the same tool and canonical arguments)."""
+
+    identical: int = 1
+    sticky: Verdict | None = None
+    duplicate_call_id: bool = False
+    in_flight: bool = False
+
+
+NO_CONTEXT = Context()
+
+
 def classify_proposal(
     proposal: Proposal,
     *,
@@ -525,30 +550,49 @@ def classify_proposal(
     existing: Existing | None,
     arguments_digest: str,
     reasks_used: int,
+    context: Context = NO_CONTEXT,
 ) -> Verdict:
-    """Classify a proposed call at the gate (precedence of ``TAXONOMY.md``).
+    """Classify a proposed call at the gate (the precedence of ``TAXONOMY.md`` v2).
 
     ``tools``: the contracts registered for the agent, by name. ``existing``: the call
     already stored under the proposal's operation ID. ``arguments_digest``: SHA-256 of the
-    canonical arguments (empty when they do not parse). ``reasks_used``: re-asks already
-    spent for this request and tool. Returns ``ALLOWED`` when the call may execute."""
+    canonical arguments without the contract's volatile ones (empty when they do not parse).
+    ``reasks_used``: re-asks already spent for this request and tool. ``context``: the
+    request's and the turn's findings (``Context``). Returns ``ALLOWED`` when the call may
+    execute. Every reason routed ``reask`` passes through the re-ask budget (no contract:
+    ``NO_CONTRACT_REASKS``)."""
     if proposal.malformed:
         return verdict(R.MALFORMED_CALL, observe_malformed(proposal.malformed, tools))
     contract = tools.get(proposal.tool or "")
     if contract is None:
-        return verdict(R.UNKNOWN_TOOL, observe_unknown_tool(proposal.tool or "", tools))
+        name = proposal.tool or ""
+        result = verdict(R.UNKNOWN_TOOL, observe_unknown_tool(name, tools))
+        return _reask_budget(result, name, NO_CONTRACT_REASKS, reasks_used)
+    budget = (contract.name, contract.max_reasks, reasks_used)
     if not proposal.arguments_ok:
         result = verdict(
             R.INVALID_JSON,
             observe_invalid_json(contract, proposal.parse_error or "not a JSON object"),
         )
-        return _reask_budget(result, contract, reasks_used)
+        return _reask_budget(result, *budget)
+    if proposal.call_id_missing:
+        return _reask_budget(verdict(R.MISSING_CALL_ID, observe_missing_call_id(contract)), *budget)
+    if context.duplicate_call_id:
+        return _reask_budget(
+            verdict(R.DUPLICATE_CALL_ID, observe_duplicate_call_id(contract)), *budget
+        )
+    if context.identical > contract.max_identical:
+        return verdict(R.LOOP_DETECTED, observe_loop(contract, context.identical))
+    if context.sticky is not None:
+        return context.sticky
     if (
         existing is not None
         and existing.arguments_digest
         and existing.arguments_digest != arguments_digest
     ):
         return verdict(R.IDEMPOTENCY_MISMATCH, observe_idempotency_mismatch(contract))
+    if context.in_flight and contract.effect == "write":
+        return verdict(R.DUPLICATE_IN_FLIGHT, observe_in_flight(contract))
     if existing is not None and existing.has_receipt:
         return verdict(R.DUPLICATE_SUPPRESSED, observe_duplicate(contract))
     problems = validate_arguments(
@@ -558,24 +602,49 @@ def classify_proposal(
         result = verdict(
             problems[0].reason, observe_problems(contract, problems), problems=tuple(problems)
         )
-        return _reask_budget(result, contract, reasks_used)
+        return _reask_budget(result, *budget)
     if contract.requires_approval:
         return verdict(R.APPROVAL_PENDING, observe_approval_pending(contract))
     return ALLOWED
 
 
-def _reask_budget(result: Verdict, contract: Contract, reasks_used: int) -> Verdict:
-    """``reask_exhausted`` replaces a re-ask reason once the budget is spent."""
-    if result.reason in REASK_REASONS and reasks_used >= contract.max_reasks:
-        return verdict(
-            R.REASK_EXHAUSTED,
-            f"The arguments for {contract.name} are still not valid after {reasks_used} correction(s); "
-            f"stop calling {contract.name} for this request and tell the user what went wrong.\n"
-            + result.observation,
-            problems=result.problems,
-            underlying=result.reason,
-        )
-    return result
+def _reask_budget(result: Verdict, name: str, max_reasks: int, reasks_used: int) -> Verdict:
+    """``reask_exhausted`` replaces a re-ask reason once the request's budget for the tool is
+    spent (TAXONOMY "Precedence"). Its observation never invites another call."""
+    if result.reason not in REASK_REASONS or reasks_used < max_reasks:
+        return result
+    found = [f"- {p.path}: {p.message}" for p in result.problems]
+    return verdict(
+        R.REASK_EXHAUSTED,
+        f"{name} was not executed: {EXHAUSTED_CAUSE.get(result.reason, 'it failed again')} "
+        f"after {reasks_used} correction(s). Stop calling {name} for this request and tell "
+        "the user what went wrong." + ("\n" + "\n".join(found) if found else ""),
+        problems=result.problems,
+        underlying=result.reason,
+    )
+
+
+#: How a ``reask_exhausted`` observation names the cause it replaced.
+EXHAUSTED_CAUSE = {
+    R.UNKNOWN_TOOL: "no tool of that name is registered",
+    R.INVALID_JSON: "its arguments are still not a valid JSON object",
+    R.MISSING_CALL_ID: "the call still carries no identifier",
+    R.DUPLICATE_CALL_ID: "the calls of one response still could not be told apart",
+    R.UNKNOWN_ARGUMENT: "its arguments are still not valid",
+    R.MISSING_REQUIRED: "its arguments are still not valid",
+    R.TYPE_MISMATCH: "its arguments are still not valid",
+    R.ENUM_VIOLATION: "its arguments are still not valid",
+    R.CONSTRAINT_VIOLATION: "its arguments are still not valid",
+    R.TOOL_ERROR: "the tool still reports an error",
+    R.PARTIAL_FAILURE: "some of its items still fail",
+    R.REFERENCE_NOT_FOUND: "the target still finds nothing for what the arguments refer to",
+}
+
+
+def spend_reask(result: Verdict, *, name: str, max_reasks: int, reasks_used: int) -> Verdict:
+    """An execution outcome routed ``reask`` (``tool_error``, ``partial_failure``,
+    ``reference_not_found``) through the request's re-ask budget, like a gate problem."""
+    return _reask_budget(result, name, max_reasks, reasks_used)
 
 
 # --- attempts and later events ------------------------------------------------------------
@@ -759,14 +828,18 @@ def classify_decision(
 ) -> Verdict:
     """An operator's decision (TAXONOMY "Human decisions").
 
-    ``approve`` of an approval lets the call execute (``ALLOWED``); ``reject`` of an approval
+    ``approve`` of an approval lets the call execute (``approval_granted``, route ``proceed``,
+    until its first attempt's classification replaces it); ``reject`` of an approval
     is ``approval_rejected`` with the operator's reason as the observation; ``approve_retry``
     sends the call back to ``retry``; ``mark_applied`` is ``reconciled_applied``; ``reject`` and
     ``mark_failed`` of an escalated call keep its reason with route ``stop``."""
     text = (reason or "").strip()
     said = f" Reason: {text}{'' if text.endswith(('.', '!', '?')) else '.'}" if text else ""
     if decision == "approve":
-        return ALLOWED
+        return verdict(
+            R.APPROVAL_GRANTED,
+            f"An operator approved the call to {contract_name}; it may run.{said}",
+        )
     if decision == "reject" and current in (R.APPROVAL_PENDING, None):
         return verdict(
             R.APPROVAL_REJECTED,
@@ -854,8 +927,41 @@ def observe_problems(contract: Contract, problems: list[Problem]) -> str:
 
 def observe_idempotency_mismatch(contract: Contract) -> str:
     return (
-        f"This operation ID of {contract.name} was already used with different arguments; it was not executed. "
-        "A different call needs a new operation ID."
+        f"This call to {contract.name} repeats an operation that was already made with other "
+        "arguments, so it was not executed. Do not send it again; tell the user that this "
+        "change needs a new request."
+    )
+
+
+def observe_missing_call_id(contract: Contract) -> str:
+    return (
+        f"The call to {contract.name} was not executed: it carried no identifier, so its result "
+        f"could not be matched to it. Emit the call to {contract.name} once more as one complete "
+        "structured tool call."
+    )
+
+
+def observe_duplicate_call_id(contract: Contract) -> str:
+    return (
+        f"The call to {contract.name} was not executed: it had the same identifier as an earlier "
+        "call of the same response, so their results could not be told apart. The earlier call "
+        f"is handled; emit this call to {contract.name} once more in your next response."
+    )
+
+
+def observe_in_flight(contract: Contract) -> str:
+    return (
+        f"This call to {contract.name} repeats an earlier call of the same response with the "
+        "same arguments: it is the same action and runs only once. It was not executed; use "
+        "the result of the first call."
+    )
+
+
+def observe_loop(contract: Contract, identical: int) -> str:
+    return (
+        f"{contract.name} was proposed {identical} times with the same arguments in this "
+        f"request; it was not executed again. Stop calling {contract.name} with these "
+        "arguments and tell the user what happened."
     )
 
 

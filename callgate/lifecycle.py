@@ -76,7 +76,7 @@ def next_state(state: str | None, kind: str, result: Verdict, *, executed: bool)
 
     ``executed``: whether any attempt of the call has been reported (a re-ask before any
     execution leaves the call ``rejected`` at the gate; after one it has ``failed``)."""
-    if result.reason is None:  # allowed at the gate, or approved by an operator
+    if result.reason in (None, Reason.APPROVAL_GRANTED):  # allowed at the gate, or approved
         return S.ALLOWED
     if (
         result.reason in (Reason.DUPLICATE_SUPPRESSED, Reason.IDEMPOTENCY_MISMATCH)

@@ -38,6 +38,17 @@ def case_envelopes(case: dict) -> list[dict]:
     ]
 
 
+def names_its_call(envelope: dict) -> bool:
+    """Whether an event names its call itself: a proposal or turn (which makes calls), or
+    an event with an ``operation_id`` or a ``call_id`` (a call of a turn). Any other event of
+    a case concerns the call the previous answer named."""
+    return (
+        envelope.get("type") in ("proposed", "turn")
+        or bool(envelope.get("operation_id"))
+        or bool(envelope.get("call_id"))
+    )
+
+
 def case_tool_payloads(case: dict) -> dict[str, dict]:
     """The case's contracts as ``PUT /api/v1/tools/{name}`` bodies, by name."""
     return {tool["name"]: {k: v for k, v in tool.items()} for tool in case.get("tools", [])}

@@ -85,6 +85,15 @@ class ContractRejected(ValueError):
         super().__init__(f"{loc}: {msg}")
 
 
+#: The contract fields TAXONOMY v2 added, with their defaults.
+V2_DEFAULTS = {
+    "volatile_arguments": [],
+    "max_identical": 3,
+    "not_found_may_hide_forbidden": False,
+    "result_error_markers": True,
+}
+
+
 def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[ToolContract, bool]:
     """Register ``name`` for ``agent``: the same contract again is a no-op, a changed one
     becomes the next version; used versions are never modified. Returns (version, created).
@@ -98,7 +107,12 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
         )
     if problem := schema_problems(payload.parameters):
         raise ContractRejected("parameters", problem)
+    # v2 fields left at their defaults stay out of the digest: a v1 contract sent again is
+    # the same version
     body = payload.model_dump(mode="json", exclude={"name", "version"})
+    for key, default in V2_DEFAULTS.items():
+        if body.get(key) == default:
+            body.pop(key)
     digest = arguments_digest(body)
     if payload.reconcile_url:
         method = ToolContract.ReconcileMethod.HTTP
@@ -153,6 +167,10 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
                     requires_approval=payload.requires_approval,
                     approval_timeout_seconds=payload.approval_timeout_seconds,
                     sensitive_fields=payload.sensitive_fields,
+                    volatile_arguments=payload.volatile_arguments,
+                    max_identical=payload.max_identical,
+                    not_found_may_hide_forbidden=payload.not_found_may_hide_forbidden,
+                    result_error_markers=payload.result_error_markers,
                     digest=digest,
                     lint_score=report.score,
                     lint_findings=[f.as_dict() for f in report.findings],

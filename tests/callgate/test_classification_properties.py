@@ -82,6 +82,8 @@ def test_any_byte_string_as_arguments_never_raises(raw, format_):
         },
         "anthropic": {"type": "tool_use", "id": "c", "name": "book_flight", "input": text},
         "gemini": {"functionCall": {"name": "book_flight", "args": text}},
+        "bedrock": {"toolUseId": "c", "name": "book_flight", "input": text},
+        "ollama": {"function": {"name": "book_flight", "arguments": text}},
         "mcp": {
             "jsonrpc": "2.0",
             "id": 1,
