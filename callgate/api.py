@@ -36,7 +36,6 @@ from callgate.models import ToolCall
 from callgate.schemas import (
     EVENT_ADAPTER,
     RFC3339,
-    CallAnswer,
     CallDetail,
     CallList,
     ContractIn,
@@ -44,9 +43,9 @@ from callgate.schemas import (
     ErrorBody,
     EventsResponse,
     EventStatus,
+    GateAnswer,
     GateRequest,
     ProposedEvent,
-    TurnAnswer,
     TurnEvent,
     error_list,
 )
@@ -427,7 +426,7 @@ class CallsApi(APIView):
         ),
         request=GateRequest,
         responses={
-            200: CallAnswer | TurnAnswer,
+            200: GateAnswer,
             400: ErrorBody,
             401: ErrorBody,
             409: ErrorBody,
