@@ -19,13 +19,13 @@ Sources of the rules:
   and ``TOOL`` spans with ``tool.name``, ``input.value`` (or ``tool.parameters``),
   ``output.value``.
 
-The mapping (``spans_to_events``) is pure. A model span's tool calls are proposed
+The mapping (``spans_to_events``) is pure. A model span's tool calls become a ``turn``
 (``tool_calls_events``); a tool span becomes the attempt of its call, found by its tool-call ID
-within the trace, else by tool name and canonical arguments. A tool span whose proposal is not
-in the request brings its own proposal, with the same event ID the model span's would have
-(``uuid5`` of trace and call ID, or of trace and operation ID), so whichever arrives first is
-stored and the other is a duplicate. Every event ID derives from the trace and span IDs: a
-re-sent export adds nothing.
+within the trace, else by tool name and canonical arguments. Every event ID derives from the
+trace and span IDs (``uuid5``): a re-sent export adds nothing. Exporters send spans in
+batches as they end, so a tool span may arrive without its model span: it then brings its
+own proposal, which ``traces_receive`` drops when the call is already known (stored, or
+waiting in the inbox), so that a call is proposed once whichever span comes first.
 """
 
 from __future__ import annotations
@@ -507,31 +507,54 @@ def _seen(span: SpanView, call_id: Any, name: Any, arguments: Any) -> ToolCallSe
 
 
 def tool_calls_events(*, calls: list[ToolCallSeen], request_id: str, span: SpanView) -> list[dict]:
-    """The events that propose a model span's tool calls: one ``proposed`` per call (with its
-    ``call_id``), each with an event ID its tool span would derive too. The whole turn goes
-    as one ``turn`` event once that event type exists (TAXONOMY "Whole model turns")."""
-    return [_proposed_event(call, request_id=request_id, occurred_at=span.end) for call in calls]
+    """The events that propose a model span's tool calls: one ``turn`` (TAXONOMY "Whole model
+    turns": the turn-level rules apply) in Chat Completions' shape when every call has its
+    ID. A call the span recorded without an ID is not the model's fault (``missing_call_id``
+    would blame it), so such spans propose each call on its own (``_proposed_event``)."""
+    if not all(call.call_id for call in calls):
+        return [
+            _proposed_event(call, request_id=request_id, occurred_at=span.end) for call in calls
+        ]
+    return [
+        {
+            "type": "turn",
+            "format": "openai",
+            "event_id": str(uuid.uuid5(EVENT_NAMESPACE, f"{span.trace_id}/{span.span_id}/turn")),
+            "occurred_at": span.end,
+            "response": {
+                "role": "assistant",
+                "tool_calls": [_openai_call(call) for call in calls],
+            },
+        }
+    ]
+
+
+def _openai_call(call: ToolCallSeen) -> dict:
+    """A Chat Completions ``tool_calls[]`` item (its ``arguments`` a JSON string)."""
+    arguments = call.arguments
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+    return {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.tool, "arguments": text},
+    }
 
 
 def _proposed_event(call: ToolCallSeen, *, request_id: str, occurred_at: datetime) -> dict:
-    """A ``proposed`` event: Chat Completions' shape when the call has an ID, else plain;
-    its event ID derives from the trace's request and the call ID, or the operation ID."""
-    arguments = call.arguments
+    """A ``proposed`` event for one call: Chat Completions' shape when it has an ID, else
+    plain with the operation ID its attempt names (``_operation_id``). Its event ID derives
+    from the trace's request and the call ID, or the operation ID."""
     if call.call_id:
-        text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
-        body = {
-            "format": "openai",
-            "call": {
-                "id": call.call_id,
-                "type": "function",
-                "function": {"name": call.tool, "arguments": text},
-            },
-            "call_id": call.call_id,
-        }
+        body = {"format": "openai", "call": _openai_call(call), "call_id": call.call_id}
         identity = f"call:{call.call_id}"
     else:
-        body = {"format": "plain", "call": {"tool": call.tool, "arguments": arguments}}
-        identity = "op:" + _operation_id(call, request_id)
+        operation_id = _operation_id(call, request_id)
+        body = {
+            "format": "plain",
+            "call": {"tool": call.tool, "arguments": call.arguments},
+            "operation_id": operation_id,
+        }
+        identity = f"op:{operation_id}"
     return {
         "type": "proposed",
         "event_id": str(uuid.uuid5(EVENT_NAMESPACE, f"{request_id}/proposed/{identity}")),
@@ -541,7 +564,8 @@ def _proposed_event(call: ToolCallSeen, *, request_id: str, occurred_at: datetim
 
 
 def _operation_id(call: ToolCallSeen, request_id: str) -> str:
-    """The operation ID callgate derives for an ID-less call (``wire.derive_operation_id``)."""
+    """The operation ID of an ID-less call, given on its proposal and its attempts alike:
+    ``wire.derive_operation_id`` of the trace's request, the tool and the arguments."""
     key = _arguments_key(call.arguments)
     if isinstance(key, bytes):
         return derive_operation_id(request_id=request_id, tool=call.tool, canonical=key)
@@ -702,6 +726,7 @@ def traces_receive(*, project: Any, agent: Any, request: Any) -> Received:
     from callgate.tasks import drain_inbox_enqueue
 
     mapped = spans_to_events(request)
+    mapped.events = _without_known_proposals(project, mapped.events)
     refused: list[str] = []
     rejected = set(mapped.rejected)
     if mapped.events:
@@ -720,3 +745,62 @@ def traces_receive(*, project: Any, agent: Any, request: Any) -> Received:
         rejected=len(rejected),
         message=partial_message(mapped.rejected, refused, mapped.spans),
     )
+
+
+def _call_keys(event: Any) -> set[tuple[str, str]]:
+    """The calls a proposal or turn names: ``(request ID, call ID)``, or ``("", operation
+    ID)`` for a call without an ID; empty for any other event."""
+    if event.type == "proposed":
+        if event.call_id:
+            return {(event.request_id or "", event.call_id)}
+        return {("", event.operation_id)} if event.operation_id else set()
+    if event.type == "turn" and isinstance(event.response, dict):
+        items = event.response.get("tool_calls") or []
+        return {
+            (event.request_id or "", item["id"])
+            for item in items
+            if isinstance(item, dict) and isinstance(item.get("id"), str)
+        }
+    return set()
+
+
+def _without_known_proposals(project: Any, events: list) -> list:
+    """``events`` without the proposals and turns whose every call callgate knows already:
+    a ``ToolCall`` with that request and call ID (or operation ID), or a proposal or turn
+    pending in the inbox that names it. Three queries, only when there are proposals."""
+    from callgate.models import InboxEvent, ToolCall
+
+    wanted = {key for _, event in events for key in _call_keys(event)}
+    if not wanted:
+        return events
+    requests = {event.request_id for _, event in events if _call_keys(event)}
+    call_ids = {c for r, c in wanted if r}
+    known = set(
+        ToolCall.objects.filter(project=project, request_id__in=requests, call_id__in=call_ids)
+        .values_list("request_id", "call_id")
+        .order_by()
+    )
+    operations = {c for r, c in wanted if not r}
+    if operations:
+        known |= {
+            ("", op)
+            for op in ToolCall.objects.filter(
+                project=project, operation_id__in=operations
+            ).values_list("operation_id", flat=True)
+        }
+    pending = InboxEvent.objects.filter(
+        project=project,
+        status=InboxEvent.Status.PENDING,
+        body__type__in=["proposed", "turn"],
+        body__request_id__in=requests,
+    ).values_list("body", flat=True)
+    for body in pending:
+        try:
+            known |= _call_keys(EVENT_ADAPTER.validate_python(body))
+        except ValidationError:
+            continue
+    return [
+        (key, event)
+        for key, event in events
+        if not (_call_keys(event) and _call_keys(event) <= known)
+    ]

@@ -103,10 +103,10 @@ def genai_turn(tracer, *, chat: bool = True, tools: bool = True) -> None:
                 span.set_status(Status(StatusCode.ERROR, "Too Many Requests"))
 
 
-def openinference_turn(tracer) -> None:
+def openinference_turn(tracer, *, ids: bool = True) -> None:
     """The same turn in the OpenInference conventions: an ``LLM`` span whose output message
-    holds the two tool calls, and two ``TOOL`` spans (no tool-call IDs: matched by name and
-    arguments); the failing one records the exception."""
+    holds the two tool calls (with their IDs unless ``ids`` is false), and two ``TOOL`` spans
+    (no tool-call IDs: matched by name and arguments); the failing one records the exception."""
     with tracer.start_as_current_span("Agent") as agent:
         agent.set_attribute("openinference.span.kind", "AGENT")
         with tracer.start_as_current_span("ChatCompletion") as span:
@@ -114,7 +114,8 @@ def openinference_turn(tracer) -> None:
             span.set_attribute("llm.output_messages.0.message.role", "assistant")
             for index, call in enumerate((LOOKUP, EMAIL)):
                 prefix = f"llm.output_messages.0.message.tool_calls.{index}.tool_call"
-                span.set_attribute(f"{prefix}.id", call["id"])
+                if ids:
+                    span.set_attribute(f"{prefix}.id", call["id"])
                 span.set_attribute(f"{prefix}.function.name", call["name"])
                 span.set_attribute(f"{prefix}.function.arguments", json.dumps(call["arguments"]))
         with tracer.start_as_current_span("lookup_order") as span:

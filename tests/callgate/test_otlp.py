@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from unittest import mock
 
 from django.test import LiveServerTestCase, override_settings
 from google.protobuf import json_format
@@ -19,6 +20,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from rest_framework.test import APIClient
 
 from callgate.auth import api_key_issue
+from callgate.inbox import inbox_drain
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall
 from tests.callgate.otlp_support import (
     EMAIL,
@@ -162,20 +164,41 @@ class ReceiverTests(BaseTestCase):
         self.assertEqual(_summary(items), EXPECTED)
         self.assertEqual({item["call_id"] for item in items}, {LOOKUP["id"], EMAIL["id"]})
 
+    def test_an_openinference_trace_without_tool_call_ids_matches_by_name_and_arguments(self):
+        spans = record(lambda tracer: openinference_turn(tracer, ids=False))
+        self.assertEqual(self.post(protobuf_body(spans)).status_code, 200)
+        items = _calls(self.client_a, trace_id_of(spans))
+        self.assertEqual(_summary(items), EXPECTED)
+        self.assertEqual({item["call_id"] for item in items}, {None})
+        self.post(protobuf_body(spans))  # re-sent: nothing new
+        self.assertEqual(CallEvent.objects.count(), 4)
+
     def test_tool_spans_without_their_model_span_still_become_calls(self):
         spans = record(lambda tracer: genai_turn(tracer, chat=False))
         self.post(protobuf_body(spans))
         self.assertEqual(_summary(_calls(self.client_a, trace_id_of(spans))), EXPECTED)
         # the model span arriving later proposes the same calls: stored once
-        calls_before = ToolCall.objects.count()
+        calls_before = (ToolCall.objects.count(), CallEvent.objects.count())
         chat_only = record(lambda tracer: genai_turn(tracer, tools=False))
         request = ExportTraceServiceRequest.FromString(protobuf_body(chat_only))
         for resource in request.resource_spans:
             for scope in resource.scope_spans:
                 for span in scope.spans:
                     span.trace_id = bytes.fromhex(trace_id_of(spans))
-        self.post(request.SerializeToString())
-        self.assertEqual(ToolCall.objects.count(), calls_before)
+        self.assertEqual(self.post(request.SerializeToString()).status_code, 200)
+        self.assertEqual((ToolCall.objects.count(), CallEvent.objects.count()), calls_before)
+
+    def test_tool_spans_arriving_while_their_turn_waits_in_the_inbox_propose_nothing(self):
+        spans = record(genai_turn)
+        chat = [s for s in spans if s.name.startswith(("chat", "invoke"))]
+        tools = [s for s in spans if s.name.startswith("execute_tool")]
+        with mock.patch("callgate.tasks.drain_inbox_enqueue"):  # the worker is behind
+            self.post(protobuf_body(chat))
+            self.post(protobuf_body(tools))
+        self.assertEqual(InboxEvent.objects.filter(status="pending").count(), 3)  # turn, 2 attempts
+        inbox_drain(self.project.pk)
+        self.assertEqual(_summary(_calls(self.client_a, trace_id_of(spans))), EXPECTED)
+        self.assertEqual(CallEvent.objects.filter(kind="proposed").count(), 2)
 
     def test_a_tool_without_a_contract_still_becomes_a_call(self):
         def unknown(tracer):
