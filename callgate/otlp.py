@@ -16,8 +16,8 @@ Sources of the rules:
   ``mcp.method.name = tools/call`` with ``rpc.jsonrpc.error_code`` / ``..error_message``.
 - OpenInference semantic conventions: ``openinference.span.kind`` ``LLM`` spans with
   ``llm.output_messages.N.message.tool_calls.M.tool_call.{id,function.name,function.arguments}``
-  and ``TOOL`` spans with ``tool.name``, ``input.value`` (or ``tool.parameters``),
-  ``output.value``.
+  and ``TOOL`` spans with ``tool.name``, ``input.value`` (the arguments; ``tool.parameters``
+  is the tool's parameter schema, not the call's arguments), ``output.value``.
 
 The mapping (``spans_to_events``) is pure. A model span's tool calls become a ``turn``
 (``tool_calls_events``); a tool span becomes the attempt of its call, found by its tool-call ID
@@ -603,7 +603,8 @@ def tool_span(span: SpanView) -> ToolSpan | None:
         call_id = span.text("gen_ai.tool.call.id")
     elif span.text("openinference.span.kind") == "TOOL":
         name = span.text("tool.name")
-        arguments = span.attributes.get("input.value", span.attributes.get("tool.parameters"))
+        # input.value holds the arguments; tool.parameters is the tool's parameter schema
+        arguments = span.attributes.get("input.value")
         result_key = "output.value"
         call_id = span.text("tool_call.id")
     else:
