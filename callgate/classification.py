@@ -75,6 +75,9 @@ class Contract:
     max_identical: int = 3
     not_found_may_hide_forbidden: bool = False
     result_error_markers: bool = True
+    #: False for the stand-in of a tool with no registered contract (the gate answered
+    #: ``unknown_tool`` and the runtime executed the call anyway)
+    registered: bool = True
 
     @property
     def schema_key(self) -> str:

@@ -320,6 +320,15 @@ class CallEvent(models.Model):
     category = models.CharField(max_length=20, choices=Category.choices, blank=True)
     route = models.CharField(max_length=20, choices=Route.choices, blank=True)
     observation = models.TextField(blank=True)
+    cause = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="What the classifier read the failure's cause from, e.g. "
+        "'rate limit read from the result body'.",
+    )
+    failed_items = models.JSONField(
+        null=True, blank=True, help_text="A partial failure's failed items: [{item, error}]."
+    )
     state_before = models.CharField(max_length=20, blank=True)
     state_after = models.CharField(max_length=20, blank=True)
 

@@ -643,11 +643,12 @@ def _jsonrpc_error(span: SpanView) -> tuple[int, str] | None:
 
 
 def jsonrpc_error_fields(code: int, message: str) -> tuple[dict, str]:
-    """How an MCP server's JSON-RPC error travels on an attempt: extra attempt fields and a
-    text for the failure. Until attempts carry a ``jsonrpc_error`` object, the code goes into
-    the failure's text, which TAXONOMY ("Reading the cause of a failure", step 2) reads the
-    same ("MCP error -32601")."""
-    return {}, f"MCP error {code}: {message}".rstrip(": ")
+    """How an MCP server's JSON-RPC error travels on an attempt: its ``jsonrpc_error``
+    field (TAXONOMY "Reading the cause of a failure", step 2) and the failure's text, which
+    names the code as an MCP client says it ("MCP error -32601: Method not found")."""
+    return {"jsonrpc_error": {"code": code, "message": message}}, (
+        f"MCP error {code}: {message}".rstrip(": ")
+    )
 
 
 def _attempt_event(span: SpanView, tool: ToolSpan, *, request_id: str) -> dict:
@@ -682,7 +683,7 @@ def _attempt_event(span: SpanView, tool: ToolSpan, *, request_id: str) -> dict:
         "sent": True if (not failed or http_status) else None,
         "outcome": "error" if failed else "success",
         "http_status": http_status,
-        "error": (error or "the span's status is ERROR")[:10_000] if failed else None,
+        "error": (error or "the span's status is ERROR") if failed else None,
         **extra,
     }
     if not failed:

@@ -89,6 +89,16 @@ class ProposedEvent(Envelope):
     call: Any = Field(description="The model's tool call exactly as its provider emits it.")
 
 
+class JsonRpcError(_Strict):
+    """A JSON-RPC 2.0 error object (JSON-RPC 2.0 §5.1), as an MCP server answers a
+    ``tools/call`` it refuses or fails: ``code`` -32700…-32600 for the envelope, -32601 method
+    not found, -32602 invalid params, -32603 internal error, -32000…-32099 server errors."""
+
+    code: int = Field(ge=-(2**53), le=2**53)
+    message: str = Field(description="Any length: classified whole, stored cut.")
+    data: Any = None
+
+
 class TurnEvent(Envelope):
     """A whole model response that may hold several tool calls (TAXONOMY v2, "Whole model
     turns"): split into one call per tool call, in order, each with its own operation ID."""
@@ -99,6 +109,10 @@ class TurnEvent(Envelope):
 
 
 class AttemptEvent(Envelope):
+    """One execution of a call. ``call_id`` (the envelope's) names the call of a turn that it
+    executed. ``error``, a string ``result`` and ``jsonrpc_error.message`` may be of any length
+    (within the request size limit): they are classified whole and stored cut."""
+
     type: Literal["attempt"]
     attempt: int | None = Field(None, ge=1, le=10_000)
     sent: bool | None = Field(
@@ -106,10 +120,13 @@ class AttemptEvent(Envelope):
     )
     outcome: Literal["success", "error", "timeout", "connection_reset", "circuit_open"]
     http_status: int | None = Field(None, ge=100, le=599)
-    error: str | None = Field(None, max_length=10_000)
+    error: str | None = None
     result: Any = None
     result_count: int | None = Field(None, ge=0, le=2**53)
     result_format: Literal["mcp"] | None = None
+    jsonrpc_error: JsonRpcError | None = Field(
+        None, description="An MCP server's JSON-RPC error answer (with outcome: error)."
+    )
 
 
 class DeniedEvent(Envelope):

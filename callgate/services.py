@@ -5,6 +5,7 @@ Services take keyword-only arguments, validate, and keep their transactions shor
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from django.contrib.auth import get_user_model
@@ -28,7 +29,7 @@ from callgate.models import (
 )
 from callgate.schemas import ApprovalExpiredEvent, ContractIn, DecisionEvent, ReconciledEvent
 from callgate.taxonomy import Reason, Route, category_of
-from callgate.wire import arguments_digest, derive_operation_id, redact
+from callgate.wire import arguments_digest, canonical_arguments, derive_operation_id, redact
 
 
 def project_create(*, slug: str, name: str) -> tuple[Project, bool]:
@@ -348,13 +349,16 @@ def receipt_import(
 ) -> ToolCall:
     """Store a success that happened before callgate saw it (a case file's ``history``):
     a succeeded call with its receipt, under the given or derived operation ID."""
-    if not operation_id:
-        if not request_id:
-            raise ValueError("a receipt needs operation_id or request_id")
-        operation_id = derive_operation_id(request_id=request_id, tool=tool, arguments=arguments)
     contract = (
         ToolContract.objects.filter(project=agent.project, name=tool).order_by("-version").first()
     )
+    volatile = contract.volatile_arguments if contract else ()
+    if not operation_id:
+        if not request_id:
+            raise ValueError("a receipt needs operation_id or request_id")
+        operation_id = derive_operation_id(
+            request_id=request_id, tool=tool, arguments=arguments, volatile_arguments=volatile
+        )
     now = timezone.now()
     return ToolCall.objects.create(
         project=agent.project,
@@ -364,7 +368,7 @@ def receipt_import(
         tool_name=tool,
         contract=contract,
         arguments=redact(arguments, contract.sensitive_fields if contract else ()),
-        arguments_digest=arguments_digest(arguments),
+        arguments_digest=hashlib.sha256(canonical_arguments(arguments, volatile)).hexdigest(),
         state=ToolCall.State.SUCCEEDED,
         reason=Reason.OK,
         category=category_of(Reason.OK),

@@ -301,6 +301,10 @@ _DIFF_FIELDS = [
     ("requires_approval", "requires approval"),
     ("sensitive_fields", "sensitive fields"),
     ("deadline_seconds", "deadline"),
+    ("volatile_arguments", "volatile arguments"),
+    ("max_identical", "max identical proposals"),
+    ("not_found_may_hide_forbidden", "not-found may hide forbidden"),
+    ("result_error_markers", "result error markers"),
 ]
 
 

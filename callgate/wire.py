@@ -193,3 +193,34 @@ def redact(value: Any, sensitive: Iterable[str] = ()) -> Any:
         return node
 
     return walk(value, "")
+
+
+#: The most characters of one text (an error, a result string) that an event stores: longer
+#: texts keep their head and tail around a marker that gives the original length.
+STORED_TEXT_CHARS = 4_000
+
+
+def cut_text(text: str, limit: int = STORED_TEXT_CHARS) -> str:
+    """``text`` when it has at most ``limit`` characters, else its head and tail (about
+    two thirds and one third of ``limit``) around ``…[N of M characters cut]…``. The cause
+    of a failure is read from the whole text before it is cut (TAXONOMY v2)."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n…[{cut:,} of {len(text):,} characters cut]…\n{text[-tail:]}"
+
+
+def cut_texts(value: Any, limit: int = STORED_TEXT_CHARS) -> Any:
+    """``value`` with every string longer than ``limit`` cut by ``cut_text`` (the same object
+    when none is)."""
+    if isinstance(value, str):
+        return cut_text(value, limit) if len(value) > limit else value
+    if isinstance(value, dict):
+        items = {key: cut_texts(item, limit) for key, item in value.items()}
+        return value if all(items[k] is value[k] for k in value) else items
+    if isinstance(value, list):
+        items = [cut_texts(item, limit) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value

@@ -68,9 +68,6 @@ class CaseTests(BaseTestCase):
             ), stored
             if "state" in expect:
                 assert stored["state"] == expect["state"], stored
-        elif "expect" in case and case["events"][-1]["type"] != "turn":
-            # without expect_call the last event's answer is where its call stands
-            assert (stored["reason"], stored["route"]) == (expect["reason"], expect["route"])
         if "expect_calls" in case:
             created = ToolCall.objects.filter(agent=self.agent, pk__gt=before).order_by("pk")
             calls = [api.get(f"/api/v1/calls/{c.operation_id}").json() for c in created]

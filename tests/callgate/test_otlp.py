@@ -249,8 +249,13 @@ class ReceiverTests(BaseTestCase):
         self.assertEqual(self.post(protobuf_body(spans)).status_code, 200)
         [item] = _calls(self.client_a, trace_id_of(spans))
         attempt = CallEvent.objects.get(kind="attempt", call__operation_id=item["operation_id"])
+        self.assertEqual(
+            attempt.body["jsonrpc_error"],
+            {"code": -32601, "message": "Method not found", "data": None},
+        )
         self.assertIn("MCP error -32601: Method not found", attempt.body["error"])
-        self.assertNotEqual(item["reason"], "ok")
+        # a valid call the server refused: contract_drift (v2) or tool_error, both tool_error
+        self.assertEqual(item["category"], "tool_error")
 
     # --- bad input ------------------------------------------------------------------------
 

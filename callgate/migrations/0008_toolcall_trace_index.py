@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("callgate", "0006_taxonomy_v2_contracts_turns"),
+        ("callgate", "0007_callevent_cause_failed_items"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
