@@ -52,14 +52,12 @@ from callgate.schemas import (
 from callgate.selectors import CallFilters, Cursor
 from callgate.tasks import drain_inbox_enqueue
 from callgate.taxonomy import Category, Reason
+from callgate.wire import MAX_JSON_DEPTH, json_depth
 
 MAX_BATCH_EVENTS = 1000
 MAX_BATCH_BYTES = 5 * 1024 * 1024
 #: Tool names as providers allow them (OpenAI: [a-zA-Z0-9_-]{1,64}; MCP adds dots and more).
 TOOL_NAME = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")
-#: Deeper JSON is refused at the door: every later step (redaction, canonical JSON,
-#: schema validation) walks it recursively.
-MAX_JSON_DEPTH = 64
 HTTP_207_MULTI_STATUS = 207
 
 
@@ -111,7 +109,7 @@ def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES, too_large: lis
         raise exceptions.ParseError(
             f"The body is nested deeper than {MAX_JSON_DEPTH} levels."
         ) from None
-    if _depth(body) > MAX_JSON_DEPTH:
+    if json_depth(body) > MAX_JSON_DEPTH:
         raise exceptions.ParseError(f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
     return body
 
@@ -121,24 +119,6 @@ def _join_loc(prefix: str, path: str) -> str:
     if not prefix or not path or path.startswith("["):
         return prefix + path or "(body)"
     return f"{prefix}.{path}"
-
-
-def _depth(value) -> int:
-    """Nesting depth of a parsed JSON value: arrays and objects inside each other (a scalar
-    is 0, ``[]`` is 1, ``[{}]`` is 2). Without recursion; leaves are never pushed."""
-    if type(value) is not dict and type(value) is not list:
-        return 0
-    deepest, stack = 1, [(value, 1)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node, level = pop()
-        if level > deepest:
-            deepest = level
-        for child in node.values() if type(node) is dict else node:
-            kind = type(child)
-            if kind is dict or kind is list:
-                push((child, level + 1))
-    return deepest
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -594,6 +574,14 @@ class ToolRegisterApi(APIView):
         )
 
 
+class Backpressured(Exception):
+    """Raised inside a view when ``inbox_backpressure`` says to refuse for now."""
+
+    def __init__(self, pressure):
+        super().__init__(pressure.message)
+        self.pressure = pressure
+
+
 class OtlpTracesApi(APIView):
     """``POST /api/otlp/v1/traces``: the OTLP/HTTP trace receiver (``callgate.otlp``).
 
@@ -685,11 +673,3 @@ class OtlpTracesApi(APIView):
             content_type=otlp.JSON if json_encoding else otlp.PROTOBUF,
             headers=headers,
         )
-
-
-class Backpressured(Exception):
-    """Raised inside a view when ``inbox_backpressure`` says to refuse for now."""
-
-    def __init__(self, pressure):
-        super().__init__(pressure.message)
-        self.pressure = pressure

@@ -19,7 +19,7 @@ Sources of the rules:
   and ``TOOL`` spans with ``tool.name``, ``input.value`` (the arguments; ``tool.parameters``
   is the tool's parameter schema, not the call's arguments), ``output.value``.
 
-The mapping (``spans_to_events``) is pure. A model span's tool calls become a ``turn``
+The mapping (``spans_to_events``) is pure; ``traces_receive`` stores what it maps. A model span's tool calls become a ``turn``
 (``tool_calls_events``); a tool span becomes the attempt of its call, found by its tool-call ID
 within the trace, else by tool name and canonical arguments. Every event ID derives from the
 trace and span IDs (``uuid5``): a re-sent export adds nothing. Exporters send spans in
@@ -51,8 +51,11 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 from pydantic import ValidationError
 
+from callgate.inbox import events_receive
+from callgate.models import InboxEvent, ToolCall
 from callgate.schemas import EARLIEST, EVENT_ADAPTER, error_list
-from callgate.wire import canonical_json, derive_operation_id
+from callgate.tasks import drain_inbox_enqueue
+from callgate.wire import MAX_JSON_DEPTH, canonical_json, derive_operation_id, json_depth
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -117,6 +120,8 @@ def decode_request(body: bytes, *, content_type: str, content_encoding: str = ""
             document = json.loads(raw)
         except (UnicodeDecodeError, ValueError) as exc:
             raise OtlpError(400, f"The body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise OtlpError(400, "The body is nested too deeply to read.") from None
         if not isinstance(document, dict):
             raise OtlpError(400, "The body must be a JSON object (ExportTraceServiceRequest).")
         try:
@@ -272,10 +277,27 @@ def _attributes(pairs: Iterable[Any]) -> dict[str, Any]:
 
 
 def _time(nanos: int) -> datetime | None:
+    """A span's Unix nanoseconds as a time; ``None`` for 0, before 2000 or past year 9999."""
     if not nanos:
         return None
-    moment = datetime.fromtimestamp(nanos / 1e9, tz=UTC)
+    try:
+        moment = datetime.fromtimestamp(nanos / 1e9, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
     return moment if moment > EARLIEST else None
+
+
+#: What ``_json_text`` answers for a text that is not JSON (or nested past ``MAX_JSON_DEPTH``).
+NOT_JSON = object()
+
+
+def _json_text(text: str) -> Any:
+    """The JSON value in an attribute's text, or ``NOT_JSON``."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return NOT_JSON
+    return value if json_depth(value) <= MAX_JSON_DEPTH else NOT_JSON
 
 
 def span_view(span: Any) -> SpanView:
@@ -403,6 +425,11 @@ def _map_trace(spans: list[SpanView], mapped: Mapped) -> None:
         key = (span.trace_id, span.span_id)
         if key in mapped.rejected:
             continue
+        if json_depth(body) > MAX_JSON_DEPTH:
+            mapped.rejected[key] = (
+                f"span {span.span_id}: a value is nested deeper than {MAX_JSON_DEPTH} levels"
+            )
+            continue
         try:
             event = EVENT_ADAPTER.validate_python({**envelope, **body})
         except ValidationError as exc:
@@ -428,10 +455,10 @@ def _request_ids(spans: list[SpanView], mapped: Mapped) -> tuple[str, str | None
 def _arguments_key(arguments: Any) -> bytes | str:
     """Tool arguments compared by their canonical JSON (a string that is not JSON: itself)."""
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
+        parsed = _json_text(arguments)
+        if parsed is NOT_JSON:
             return arguments
+        arguments = parsed
     try:
         return canonical_json(arguments)
     except (TypeError, ValueError):
@@ -457,12 +484,9 @@ def model_tool_calls(span: SpanView) -> list[ToolCallSeen]:
 
 def _genai_tool_calls(span: SpanView, raw: Any) -> list[ToolCallSeen]:
     if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise SpanRejected(
-                f"span {span.span_id}: gen_ai.output.messages is not valid JSON"
-            ) from None
+        raw = _json_text(raw)
+        if raw is NOT_JSON:
+            raise SpanRejected(f"span {span.span_id}: gen_ai.output.messages is not valid JSON")
     if not isinstance(raw, list):
         raise SpanRejected(
             f"span {span.span_id}: gen_ai.output.messages must be an array of messages"
@@ -612,11 +636,8 @@ def tool_span(span: SpanView) -> ToolSpan | None:
     if not name:
         raise SpanRejected(f"span {span.span_id}: a tool span needs the tool's name")
     result = span.attributes.get(result_key)
-    if isinstance(result, str):
-        try:
-            result = json.loads(result)
-        except ValueError:
-            pass
+    if isinstance(result, str) and (parsed := _json_text(result)) is not NOT_JSON:
+        result = parsed
     return ToolSpan(
         name=name,
         call_id=call_id or None,
@@ -701,7 +722,7 @@ def partial_message(mapped_rejected: dict, refused: list[str], total: int) -> st
     reasons = list(mapped_rejected.values()) + refused
     if not reasons:
         return ""
-    shown = "; ".join(reasons[:MAX_MESSAGES])
+    shown = "; ".join(reason[:300] for reason in reasons[:MAX_MESSAGES])
     more = f" (and {len(reasons) - MAX_MESSAGES} more)" if len(reasons) > MAX_MESSAGES else ""
     return f"{len(reasons)} of {total} spans rejected: {shown}{more}"
 
@@ -724,9 +745,6 @@ def traces_receive(*, project: Any, agent: Any, request: Any) -> Received:
     enqueue the drain. A span is rejected when it cannot be mapped or the inbox refuses one of
     its events (clock skew); every other span's events are stored, whatever the rejected
     ones held. Re-sent spans derive the same event IDs, so they are duplicates."""
-    from callgate.inbox import events_receive
-    from callgate.tasks import drain_inbox_enqueue
-
     mapped = spans_to_events(request)
     mapped.events = _without_known_proposals(project, mapped.events)
     refused: list[str] = []
@@ -770,8 +788,6 @@ def _without_known_proposals(project: Any, events: list) -> list:
     """``events`` without the proposals and turns whose every call callgate knows already:
     a ``ToolCall`` with that request and call ID (or operation ID), or a proposal or turn
     pending in the inbox that names it. Three queries, only when there are proposals."""
-    from callgate.models import InboxEvent, ToolCall
-
     wanted = {key for _, event in events for key in _call_keys(event)}
     if not wanted:
         return events

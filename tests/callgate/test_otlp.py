@@ -192,7 +192,7 @@ class ReceiverTests(BaseTestCase):
         spans = record(genai_turn)
         chat = [s for s in spans if s.name.startswith(("chat", "invoke"))]
         tools = [s for s in spans if s.name.startswith("execute_tool")]
-        with mock.patch("callgate.tasks.drain_inbox_enqueue"):  # the worker is behind
+        with mock.patch("callgate.otlp.drain_inbox_enqueue"):  # the worker is behind
             self.post(protobuf_body(chat))
             self.post(protobuf_body(tools))
         self.assertEqual(InboxEvent.objects.filter(status="pending").count(), 3)  # turn, 2 attempts
@@ -323,6 +323,42 @@ class ReceiverTests(BaseTestCase):
         self.assertEqual(
             {(i["tool"], i["reason"]) for i in items},
             {("lookup_order", "ok"), ("send_email", None)},
+        )
+
+    def test_mangled_bodies_are_400_or_partial_success_never_a_500(self):
+        spans = record(genai_turn)
+        cases = []
+        body = protobuf_body(spans)
+        for offset in range(1, len(body), 11):
+            cases.append((body[:offset], "application/x-protobuf"))
+            flipped = bytearray(body)
+            flipped[offset] ^= 0xFF
+            cases.append((bytes(flipped), "application/x-protobuf"))
+        text = json_body(spans)
+        cases += [(text[:offset], "application/json") for offset in range(1, len(text), 97)]
+        for raw, content_type in cases:
+            response = self.post(raw, content_type=content_type)
+            self.assertIn(response.status_code, (200, 400), (raw, response.content))
+            if response.status_code == 200:
+                self.partial(response, json_encoding=content_type == "application/json")
+
+    def test_spans_ending_far_in_the_future_are_rejected_one_by_one(self):
+        spans = record(genai_turn)
+        request = ExportTraceServiceRequest.FromString(protobuf_body(spans))
+        for span in request.resource_spans[0].scope_spans[0].spans:
+            if span.name == "execute_tool lookup_order":
+                span.end_time_unix_nano = 2**64 - 1  # the largest time OTLP can say (2554)
+            if span.name == "execute_tool send_email":
+                span.start_time_unix_nano = span.end_time_unix_nano = 7_000_000_000 * 10**9
+        response = self.post(request.SerializeToString())
+        self.assertEqual(response.status_code, 200)
+        partial = self.partial(response)
+        self.assertEqual(partial.rejected_spans, 2, partial.error_message)
+        self.assertIn("occurred_at lies more than a day in the future", partial.error_message)
+        items = _calls(self.client_a, trace_id_of(spans))  # the turn is kept
+        self.assertEqual(
+            {(i["tool"], i["state"]) for i in items},
+            {("lookup_order", "allowed"), ("send_email", "allowed")},
         )
 
     def test_a_10_mb_body_is_a_413(self):
