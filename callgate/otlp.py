@@ -379,7 +379,6 @@ def _map_trace(spans: list[SpanView], mapped: Mapped) -> None:
     proposed_ids: set[str] = set()
     proposed_by_arguments: dict[tuple[str, bytes | str], ToolCallSeen] = {}
     tool_spans: list[tuple[SpanView, ToolSpan]] = []
-    by_span = {span.span_id: span for span in spans}
     for span in sorted(spans, key=lambda s: s.end):
         try:
             calls = model_tool_calls(span)
@@ -398,16 +397,7 @@ def _map_trace(spans: list[SpanView], mapped: Mapped) -> None:
             ]
         elif tool is not None:
             tool_spans.append((span, tool))
-    # an MCP client span inside a tool span adds its JSON-RPC error to that span's attempt
-    merged = {span.span_id: tool for span, tool in tool_spans}
-    for span, tool in tool_spans:
-        parent = merged.get(span.parent_span_id)
-        if tool.mcp and parent is not None and span.parent_span_id in by_span:
-            parent.jsonrpc = parent.jsonrpc or tool.jsonrpc
-            tool.skip = True
-    for span, tool in tool_spans:
-        if tool.skip:
-            continue
+    for span, tool in _without_mcp_children(tool_spans):
         call = None
         if tool.call_id is None:
             call = proposed_by_arguments.get((tool.name, _arguments_key(tool.arguments)))
@@ -437,6 +427,23 @@ def _map_trace(spans: list[SpanView], mapped: Mapped) -> None:
             mapped.rejected[key] = f"span {span.span_id}: {first['loc']}: {first['msg']}"
             continue
         mapped.events.append((key, event))
+
+
+def _without_mcp_children(
+    tool_spans: list[tuple[SpanView, ToolSpan]],
+) -> list[tuple[SpanView, ToolSpan]]:
+    """The tool spans less the MCP client spans inside another tool span of the request:
+    such a span describes the same execution, so it only gives its JSON-RPC error to its
+    parent's attempt."""
+    by_span = {span.span_id: tool for span, tool in tool_spans}
+    kept = []
+    for span, tool in tool_spans:
+        parent = by_span.get(span.parent_span_id)
+        if tool.mcp and parent is not None:
+            parent.jsonrpc = parent.jsonrpc or tool.jsonrpc
+        else:
+            kept.append((span, tool))
+    return kept
 
 
 def _request_ids(spans: list[SpanView], mapped: Mapped) -> tuple[str, str | None]:
@@ -609,8 +616,7 @@ class ToolSpan:
     result: Any
     has_result: bool
     jsonrpc: tuple[int, str] | None = None
-    mcp: bool = False
-    skip: bool = False
+    mcp: bool = False  # an MCP client span (not an execute_tool span)
 
 
 def tool_span(span: SpanView) -> ToolSpan | None:

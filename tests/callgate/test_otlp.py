@@ -257,6 +257,26 @@ class ReceiverTests(BaseTestCase):
         # a valid call the server refused: contract_drift (v2) or tool_error, both tool_error
         self.assertEqual(item["category"], "tool_error")
 
+    def test_an_mcp_span_inside_an_execute_tool_span_adds_its_error_to_that_attempt(self):
+        def nested(tracer):
+            with tracer.start_as_current_span("execute_tool lookup_order") as outer:
+                outer.set_attribute("gen_ai.operation.name", "execute_tool")
+                outer.set_attribute("gen_ai.tool.name", "lookup_order")
+                outer.set_attribute("gen_ai.tool.call.id", "call_nested")
+                outer.set_attribute("gen_ai.tool.call.arguments", json.dumps(LOOKUP["arguments"]))
+                with tracer.start_as_current_span("tools/call lookup_order") as span:
+                    span.set_attribute("mcp.method.name", "tools/call")
+                    span.set_attribute("gen_ai.tool.name", "lookup_order")
+                    span.set_attribute("rpc.jsonrpc.error_code", "-32603")
+                    span.set_attribute("rpc.jsonrpc.error_message", "upstream rate limit")
+
+        spans = record(nested)
+        self.assertEqual(self.post(protobuf_body(spans)).status_code, 200)
+        [item] = _calls(self.client_a, trace_id_of(spans))
+        [attempt] = CallEvent.objects.filter(kind="attempt")
+        self.assertEqual(attempt.body["jsonrpc_error"]["code"], -32603)
+        self.assertEqual(item["call_id"], "call_nested")
+
     # --- bad input ------------------------------------------------------------------------
 
     def test_a_truncated_protobuf_is_a_400_with_a_status(self):
