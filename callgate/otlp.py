@@ -75,6 +75,8 @@ NOT_RECORDED = {"note": "the span did not record the tool's result"}
 #: A request ID or conversation ID given as a span attribute by the agent's code.
 REQUEST_ID_ATTRIBUTE = "callgate.request_id"
 MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+#: An HTTP error status as ``error.type`` or ``http.response.status_code`` text ("429").
+HTTP_ERROR = re.compile(r"[45][0-9]{2}", re.ASCII)
 OPENINFERENCE_TOOL_CALL = re.compile(
     r"llm\.output_messages\.(\d+)\.message\.tool_calls\.(\d+)\.tool_call\."
     r"(id|function\.name|function\.arguments)"
@@ -683,11 +685,12 @@ def _attempt_event(span: SpanView, tool: ToolSpan, *, request_id: str) -> dict:
     it is one), exception events and status message give the failure to read."""
     error_type = span.text("error.type")
     http_status = span.attributes.get("http.response.status_code")
-    if isinstance(http_status, str) and http_status.isdigit():
+    if isinstance(http_status, str) and HTTP_ERROR.fullmatch(http_status):
         http_status = int(http_status)
     if type(http_status) is not int or not 400 <= http_status <= 599:
         http_status = None
-    if error_type and error_type.isdigit() and 400 <= int(error_type) <= 599:
+    named_status = bool(error_type and HTTP_ERROR.fullmatch(error_type))
+    if named_status:
         http_status = http_status or int(error_type)
     failed = span.failed or bool(error_type) or tool.jsonrpc is not None
     texts: list[str] = []
@@ -700,7 +703,7 @@ def _attempt_event(span: SpanView, tool: ToolSpan, *, request_id: str) -> dict:
             kind, message = attributes.get("exception.type"), attributes.get("exception.message")
             texts.append(": ".join(str(p) for p in (kind, message) if p))
     texts.append(span.status_message)
-    if error_type and not error_type.isdigit() and error_type != "_OTHER":
+    if error_type and not named_status and error_type != "_OTHER":
         texts.append(error_type)
     error = "; ".join(dict.fromkeys(t for t in texts if t)) or None
     body: dict[str, Any] = {
