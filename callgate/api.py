@@ -325,7 +325,10 @@ def _calls_list_query(params) -> tuple[CallFilters, Cursor | None, int, list[dic
         raw = params.get(name)
         if raw is None:
             continue
-        moment = parse_datetime(raw) if RFC3339.fullmatch(raw) else None
+        try:  # RFC 3339 §5.6 allows "t" and "z"; a well-formed but impossible date raises
+            moment = parse_datetime(raw.upper()) if RFC3339.fullmatch(raw) else None
+        except ValueError:
+            moment = None
         if moment is None:
             errors.append(
                 {"loc": name, "msg": "must be an RFC 3339 date-time, e.g. 2026-06-15T09:00:00Z"}

@@ -741,9 +741,8 @@ def partial_message(mapped_rejected: dict, refused: list[str], total: int) -> st
 
 @dataclass(frozen=True)
 class Received:
-    """The answer to one export: spans received, spans rejected, and the message."""
+    """The answer to one export: how many spans were rejected, and why."""
 
-    spans: int
     rejected: int
     message: str
 
@@ -770,7 +769,6 @@ def traces_receive(*, project: Any, agent: Any, request: Any) -> Received:
         if any(outcome.status == "accepted" for outcome in outcomes):
             drain_inbox_enqueue(project.pk)
     return Received(
-        spans=mapped.spans,
         rejected=len(rejected),
         message=partial_message(mapped.rejected, refused, mapped.spans),
     )
