@@ -116,7 +116,7 @@ class CallsListTests(BaseTestCase):
             "state": ("succeeded", lambda c: c.state == "succeeded"),
             "since": ("2026-06-15T09:00:05Z", lambda c: c.created_at >= T0 + timedelta(seconds=5)),
             "until": (
-                "2026-06-15T11:00:02+02:00",
+                "2026-06-15t11:00:02+02:00",  # RFC 3339 allows a lower-case t
                 lambda c: c.created_at < T0 + timedelta(seconds=2),
             ),
         }
