@@ -120,7 +120,9 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
         + _words("connect timeout", "connection refused", "name or service not known")
         + r"|dial\s+tcp\b[^\n]*?i/o\s+timeout|ECONNREFUSED|getaddrinfo|ENOTFOUND|EHOSTUNREACH|"
         r"ENETUNREACH|nodename nor servname|temporary failure in name resolution|"
-        r"could not resolve host|no route to host|network is unreachable",
+        r"could not resolve host|no route to host|network is unreachable|"
+        # aiohttp's ClientConnectorError, urllib3's NewConnectionError
+        r"cannot connect to host|connect call failed|failed to establish a new connection",
     ),
     _family(
         "timeout",
@@ -151,9 +153,11 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
         STATUS,
         429,
         _words("too many requests")
-        # S3's SlowDown, gRPC's RESOURCE_EXHAUSTED
+        # S3's SlowDown, gRPC's RESOURCE_EXHAUSTED, AWS's "Rate exceeded"
         + r"|quota|throttl|"
-        + _words("slow down", "resource exhausted", "request rate"),
+        + _words(
+            "slow down", "resource exhausted", "request rate", "rate exceeded", "request limit"
+        ),
         guarded=_words("rate limit"),
     ),
     _family(
@@ -180,6 +184,12 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
             "invalid credentials",
             "invalid auth",
             "not authed",
+            "invalid grant",
+            "jwt expired",
+            "no api key",
+            "api key is invalid",
+            "expired credentials",
+            "credentials have expired",
         )
         + r"|invalid[\s_-]*(?:access|bearer|oauth|refresh)[\s_-]*token",
     ),
@@ -199,13 +209,14 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
             "access denied",
             "access is denied",
             "not permitted",
+            "not accessible by",
         ),
     ),
     _family(
         "not found",
         STATUS,
         404,
-        r"\bno\s+such\b|"
+        r"\bno[\s_-]*such|ENOENT|"
         + _words(
             "not found",
             "does not exist",
@@ -215,6 +226,23 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
             "cannot find",
             "can't find",
         ),
+    ),
+    # Past the taxonomy's list, so they decide only where none of its families matches:
+    # a refusal worded softly (after "not found", so that "does not exist or you do not have
+    # permission" stays a 404 that may hide a permission problem), and a temporary outage.
+    _family(
+        "no permission",
+        STATUS,
+        403,
+        r"(?:do|does|did)\s+not\s+have\s+(?:the\s+)?(?:required\s+)?(?:permission|access)|"
+        r"(?:don't|doesn't|didn't|lacks?)\s+(?:the\s+)?(?:required\s+)?(?:permission|access)|"
+        + _words("insufficient access", "not allowed to access", "not authorized to"),
+    ),
+    _family(
+        "service unavailable",
+        STATUS,
+        503,
+        _words("service unavailable", "temporarily unavailable", "overloaded"),
     ),
 )
 
@@ -232,6 +260,8 @@ STATUS_IN_TEXT = _re2(
     r"|\bstatus(?:[\s_-]*code)?[\"']?\s*(?:[:=]|\bis\b|\bof\b)?\s*[\"']?(\d{3})\b"
     r"|\b(?:error|response)[\s_-]*code[\"']?\s*[:=]?\s*[\"']?(\d{3})\b"
     r"|[\"']code[\"']\s*:\s*(\d{3})\b"
+    r"|\b(\d{3})\s+(?:Client|Server)\s+Error\b"  # requests: "500 Server Error: … for url"
+    r"|\berror[\s:#]*(\d{3})\b"
     rf"|\(?\b(\d{{3}})\)?[\s:-]+(?:{_REASON_PHRASES})\b"
 )
 
