@@ -683,10 +683,12 @@ def classify_attempt(
     attempts_used: int,
     deadline_passed: bool,
     tool_names: Iterable[str] = (),
+    gate_passed: bool = True,
 ) -> Verdict:
     """Classify one execution. ``attempts_used`` counts executions including this one;
     ``tool_names`` are the agent's registered tools (named when a call without a contract
-    turns out to be an unknown tool). The verdict's ``cause`` tells how the failure's cause
+    turns out to be an unknown tool); ``gate_passed`` is False when the gate refused the call
+    and the runtime executed it anyway (its server's -32602 then confirms bad arguments). The verdict's ``cause`` tells how the failure's cause
     was read (``callgate.causes``); ``retry_exhausted`` replaces a retryable reason once the
     attempts or the deadline run out (the re-ask budget is the caller's: ``spend_reask``)."""
     cause = attempt_cause(attempt, contract)
@@ -697,7 +699,7 @@ def classify_attempt(
         return verdict(
             R.EMPTY_RESULT if is_empty_result(result, attempt.result_count) else R.OK, ""
         )
-    reason = cause_reason(cause, contract)
+    reason = cause_reason(cause, contract, gate_passed=gate_passed)
     result = verdict(
         reason,
         observe_attempt(reason, cause, contract, tool_names),
@@ -712,7 +714,7 @@ def attempt_cause(attempt: Attempt, contract: Contract) -> causes.Cause | None:
     reports no failure (with the contract's ``result_error_markers``)."""
     mcp = attempt.result_format == "mcp"
     status = attempt.http_status
-    if attempt.outcome == "success":
+    if attempt.outcome == "success" and not attempt.jsonrpc_error:
         found = causes.read_result(attempt.result, mcp=mcp, markers=contract.result_error_markers)
         if found is not None or status is None or status < 400:
             return found
@@ -747,11 +749,11 @@ def attempt_cause(attempt: Attempt, contract: Contract) -> causes.Cause | None:
     )
 
 
-def cause_reason(cause: causes.Cause, contract: Contract) -> Reason:
+def cause_reason(cause: causes.Cause, contract: Contract, *, gate_passed: bool = True) -> Reason:
     """The reason a cause maps to for this contract (TAXONOMY v2): timeouts, resets and
     server errors by the tool's effect and reconcilability, a 404 by what its text says of
-    access and ``not_found_may_hide_forbidden``, a refused valid call by whether it had a
-    contract."""
+    access and ``not_found_may_hide_forbidden``, JSON-RPC -32601/-32602 by whether the call
+    had a contract and passed the gate's validation (``contract_drift``)."""
     kind = cause.kind
     if kind == causes.CIRCUIT_OPEN:
         return R.CIRCUIT_OPEN
@@ -760,9 +762,9 @@ def cause_reason(cause: causes.Cause, contract: Contract) -> Reason:
     if kind in (causes.TIMEOUT, causes.RESET):
         return _unknown_outcome(contract)
     if kind == causes.REFUSED_VALID_CALL:
-        if contract.registered:
-            return R.CONTRACT_DRIFT
-        return R.UNKNOWN_TOOL if cause.code == -32601 else R.TOOL_ERROR
+        if cause.code == -32601:  # method not found
+            return R.CONTRACT_DRIFT if contract.registered else R.UNKNOWN_TOOL
+        return R.CONTRACT_DRIFT if contract.registered and gate_passed else R.TOOL_ERROR
     if kind == causes.PARTIAL:
         return R.PARTIAL_FAILURE
     if kind == causes.STATUS and cause.status is not None:

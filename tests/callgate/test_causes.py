@@ -458,3 +458,32 @@ def test_cut_texts_reaches_every_string_and_keeps_the_rest():
     small = {"a": ["b"]}
     assert cut_texts(small) is small
     json.dumps(cut)  # still JSON
+
+
+def test_a_refused_valid_call_is_drift_only_when_the_gate_passed_it():
+    invalid_params = Attempt(
+        sent=True, outcome="error", jsonrpc_error={"code": -32602, "message": "Invalid params"}
+    )
+    no_method = Attempt(
+        sent=True, outcome="error", jsonrpc_error={"code": -32601, "message": "Method not found"}
+    )
+    for attempt, gate_passed, reason in [
+        (invalid_params, True, R.CONTRACT_DRIFT),
+        (invalid_params, False, R.TOOL_ERROR),  # the server confirms what the gate found
+        (no_method, False, R.CONTRACT_DRIFT),  # the registered tool is gone from the server
+    ]:
+        result = classify_attempt(
+            attempt, contract=READ, attempts_used=1, deadline_passed=False, gate_passed=gate_passed
+        )
+        assert result.reason == reason
+
+
+def test_a_jsonrpc_error_is_a_failure_whatever_the_outcome_says():
+    attempt = Attempt(
+        sent=True,
+        outcome="success",
+        result={"rows": [1]},
+        jsonrpc_error={"code": -32603, "message": "Internal error"},
+    )
+    result = classify_attempt(attempt, contract=READ, attempts_used=1, deadline_passed=False)
+    assert result.reason == R.READ_FAILURE
