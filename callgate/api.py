@@ -27,16 +27,15 @@ from callgate.ingest import call_answer
 from callgate.models import ToolCall
 from callgate.schemas import (
     EVENT_ADAPTER,
-    CallAnswer,
     CallDetail,
     ContractIn,
     ContractOut,
     ErrorBody,
     EventsResponse,
     EventStatus,
+    GateAnswer,
     GateRequest,
     ProposedEvent,
-    TurnAnswer,
     TurnEvent,
     error_list,
 )
@@ -286,7 +285,7 @@ class GateCheckApi(APIView):
         ),
         request=GateRequest,
         responses={
-            200: CallAnswer | TurnAnswer,
+            200: GateAnswer,
             400: ErrorBody,
             401: ErrorBody,
             409: ErrorBody,

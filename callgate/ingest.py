@@ -578,7 +578,8 @@ class _Batch:
             )
             return self._record(call, event, current, state_before, change=False, body=body)
         existing = None
-        if call is not None and call.state != S.REJECTED:
+        # a call refused at the gate for its arguments may be corrected under its operation ID
+        if call is not None and not (call.state == S.REJECTED and call.reason in REASK_REASONS):
             existing = cls.Existing(
                 arguments_digest=call.arguments_digest, has_receipt=call.state == S.SUCCEEDED
             )

@@ -20,6 +20,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    RootModel,
     TypeAdapter,
     field_validator,
     model_validator,
@@ -354,6 +355,10 @@ class TurnAnswer(BaseModel):
     """The gate's answer to a whole model turn: one ``CallAnswer`` per call, in order."""
 
     calls: list[CallAnswer]
+
+
+class GateAnswer(RootModel[CallAnswer | TurnAnswer]):
+    """The gate's answer: a ``CallAnswer`` for one call, a ``TurnAnswer`` for a turn."""
 
 
 class CallDetail(CallAnswer):
