@@ -53,7 +53,7 @@ from callgate.schemas import (
     TurnEvent,
 )
 from callgate.taxonomy import REASK_REASONS, STICKY_REASONS, Reason, Route
-from callgate.wire import canonical_arguments, derive_operation_id, redact
+from callgate.wire import canonical_arguments, cut_texts, derive_operation_id, redact
 
 S = ToolCall.State
 logger = logging.getLogger(__name__)
@@ -207,7 +207,12 @@ REFUSALS = frozenset(
 def _no_contract_view(name: str) -> cls.Contract:
     """What classification assumes of a tool without a contract (an unknown tool run anyway,
     a provider-executed tool): a read, the no-contract re-ask budget."""
-    return cls.Contract(name=name or "the tool", parameters={}, max_reasks=cls.NO_CONTRACT_REASKS)
+    return cls.Contract(
+        name=name or "the tool",
+        parameters={},
+        max_reasks=cls.NO_CONTRACT_REASKS,
+        registered=False,
+    )
 
 
 class _TurnPart:
@@ -432,6 +437,7 @@ class _Batch:
                 result=event.result,
                 result_count=event.result_count,
                 result_format=event.result_format,
+                jsonrpc_error=event.jsonrpc_error.model_dump() if event.jsonrpc_error else None,
             )
             view = contract_view(contract) if contract else _no_contract_view(name)
             result = cls.classify_attempt(
@@ -439,7 +445,8 @@ class _Batch:
                 contract=view,
                 attempts_used=attempts,
                 deadline_passed=bool(call.deadline and event.occurred_at > call.deadline),
-                operation_id=call.operation_id,
+                tool_names=self.tools,
+                gate_passed=state_before != S.REJECTED,
             )
             if call.state != S.SUCCEEDED:
                 result = self._spend_reask(call, result, view)
@@ -571,7 +578,8 @@ class _Batch:
             )
             return self._record(call, event, current, state_before, change=False, body=body)
         existing = None
-        if call is not None and call.state != S.REJECTED:
+        # a call refused at the gate for its arguments may be corrected under its operation ID
+        if call is not None and not (call.state == S.REJECTED and call.reason in REASK_REASONS):
             existing = cls.Existing(
                 arguments_digest=call.arguments_digest, has_receipt=call.state == S.SUCCEEDED
             )
@@ -810,6 +818,9 @@ class _Batch:
                 },
             )
             body = redact(body, call.contract.sensitive_fields if call.contract else ())
+            if isinstance(event, AttemptEvent):  # classified whole above, stored cut
+                body = cut_texts(body)
+        cause = result.cause
         self.events.append(
             (
                 call,
@@ -825,6 +836,10 @@ class _Batch:
                     category=result.category.value if result.category else "",
                     route=result.route.value,
                     observation=result.observation,
+                    cause=cause.said[:300] if cause else "",
+                    failed_items=[i.as_dict() for i in cause.failed_items[:100]] or None
+                    if cause
+                    else None,
                     state_before=state_before or "",
                     state_after=call.state,
                 ),

@@ -34,7 +34,9 @@ ALLOWED_EVENTS: dict[str | None, frozenset[str]] = {
     S.PENDING_APPROVAL: frozenset({"proposed", "decision", "approval_expired"}),
     # settled states: a re-proposal is a duplicate; late receipts and look-ups are recorded
     S.SUCCEEDED: frozenset({"proposed", "receipt", "reconciled", "attempt"}),
-    S.REJECTED: frozenset({"proposed"}),
+    # refused at the gate, but the runtime may have run it anyway (an unknown tool whose server
+    # then answers -32601): the attempt is recorded and classified (TAXONOMY v2 contract_drift)
+    S.REJECTED: frozenset({"proposed", "attempt"}),
     S.FAILED: frozenset({"proposed", "receipt", "reconciled"}),
 }
 

@@ -236,12 +236,15 @@ def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
     call = selectors.call_for_detail(project=request.project, operation_id=operation_id)
     if call is None:
         raise Http404("No such call in this project.")
+    events = selectors.call_timeline(call=call)
     return render(
         request,
         "callgate/call_detail.html",
         {
             "call": call,
-            "events": selectors.call_timeline(call=call),
+            "events": events,
+            # the latest execution whose failure was read: what the reader found, shown apart
+            "cause_event": next((e for e in reversed(events) if e.cause), None),
             "review_item": selectors.call_open_review_item(call=call),
             "nav_active": "calls",
         },

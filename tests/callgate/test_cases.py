@@ -7,10 +7,16 @@ created, in creation order (``expect_calls``)."""
 
 from __future__ import annotations
 
+import io
+import json
+
+from django.core.management import call_command
+from django.test import TestCase
+
 from callgate.auth import api_key_issue
 from callgate.models import ToolCall
 from callgate.replay import case_envelopes, case_history, case_tool_payloads, names_its_call
-from tests.factories import BaseTestCase, load_cases
+from tests.factories import CASES_FILE, BaseTestCase, load_cases
 
 CASES = load_cases()
 
@@ -92,3 +98,36 @@ def _make_test(case):
 
 for _case in CASES:
     setattr(CaseTests, f"test_case_{_case['id'].replace('-', '_')}", _make_test(_case))
+
+
+def replay_mismatches(case: dict, line: dict) -> list[str]:
+    """What ``manage.py classify`` printed for ``case`` that its expectations contradict."""
+    problems = []
+    expect = case.get("expect")
+    if expect:
+        got = (line["reason"], line["category"], line["route"])
+        if got != (expect["reason"], expect["category"], expect["route"]):
+            problems.append(f"answer {got}")
+    for index, expected in enumerate(case.get("expect_calls", [])):
+        calls = line["calls"]
+        if index >= len(calls):
+            problems.append(f"call {index} missing")
+            continue
+        got = (calls[index]["reason"], calls[index]["category"], calls[index]["route"])
+        if got != (expected["reason"], expected["category"], expected["route"]):
+            problems.append(f"call {index} {got}")
+    return problems
+
+
+class ClassifyCommandCaseTests(TestCase):
+    def test_every_case_through_manage_py_classify(self):
+        out = io.StringIO()
+        call_command("classify", str(CASES_FILE), stdout=out)
+        lines = [json.loads(line) for line in out.getvalue().splitlines()]
+        assert [line["id"] for line in lines] == [case["id"] for case in CASES]
+        failing = {
+            case["id"]: problems
+            for case, line in zip(CASES, lines, strict=True)
+            if (problems := replay_mismatches(case, line))
+        }
+        assert not failing, f"{len(failing)} case(s) differ: {failing}"
