@@ -212,7 +212,11 @@ class ReceiverTests(BaseTestCase):
         response = self.post(protobuf_body(spans))
         self.assertEqual(response.status_code, 200)
         [item] = _calls(self.client_a, trace_id_of(spans))
-        self.assertEqual((item["tool"], item["reason"]), ("refund_everything", "unknown_tool"))
+        self.assertEqual(item["tool"], "refund_everything")
+        # the gate would have refused it; the attempt the runtime made anyway is recorded
+        proposal = CallEvent.objects.get(kind="proposed", call__operation_id=item["operation_id"])
+        self.assertEqual(proposal.reason, "unknown_tool")
+        self.assertEqual(CallEvent.objects.filter(kind="attempt").count(), 1)
 
     def test_conversation_id_is_the_request_id_when_given(self):
         def turn(tracer):
@@ -254,8 +258,8 @@ class ReceiverTests(BaseTestCase):
             {"code": -32601, "message": "Method not found", "data": None},
         )
         self.assertIn("MCP error -32601: Method not found", attempt.body["error"])
-        # a valid call the server refused: contract_drift (v2) or tool_error, both tool_error
-        self.assertEqual(item["category"], "tool_error")
+        # a valid call the server does not know: the contract no longer describes it
+        self.assertEqual(item["reason"], "contract_drift")
 
     def test_an_mcp_span_inside_an_execute_tool_span_adds_its_error_to_that_attempt(self):
         def nested(tracer):
@@ -276,6 +280,8 @@ class ReceiverTests(BaseTestCase):
         [attempt] = CallEvent.objects.filter(kind="attempt")
         self.assertEqual(attempt.body["jsonrpc_error"]["code"], -32603)
         self.assertEqual(item["call_id"], "call_nested")
+        # -32603 wrapping an upstream rate limit is rate_limited (TAXONOMY, step 2)
+        self.assertEqual(item["reason"], "rate_limited")
 
     # --- bad input ------------------------------------------------------------------------
 
@@ -407,7 +413,16 @@ class ReceiverTests(BaseTestCase):
         other = self.api(self.other_key)
         self.assertEqual(_calls(other, trace_id_of(spans)), [])
         self.post(protobuf_body(spans), key=self.other_key)  # no contracts there: unknown_tool
-        self.assertEqual({i["reason"] for i in _calls(other, trace_id_of(spans))}, {"unknown_tool"})
+        theirs = _calls(other, trace_id_of(spans))
+        self.assertEqual({i["tool"] for i in theirs}, {"lookup_order", "send_email"})
+        self.assertEqual(
+            set(
+                CallEvent.objects.filter(project=self.other_project, kind="proposed").values_list(
+                    "reason", flat=True
+                )
+            ),
+            {"unknown_tool"},
+        )
         self.assertEqual(_summary(_calls(self.client_a, trace_id_of(spans))), EXPECTED)
 
     @override_settings(CALLGATE_INBOX_MAX_PENDING=2, CALLGATE_INBOX_RETRY_AFTER=7)
