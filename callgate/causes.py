@@ -22,8 +22,9 @@ whole text (for the access check of a 404 and for quoting), and ``said``, how it
 in plain words ("rate limit read from the result body"), which the call's event records.
 ``callgate.classification`` maps a ``Cause`` to a reason with the contract's effect.
 
-Pure: no Django, no I/O. The patterns are compiled once; each runs in one pass over the
-text, and the reader runs only on failures and on successful results that carry a marker.
+Pure: no Django, no I/O. The texts come from targets and may be of any length, so every
+pattern runs in RE2 (linear time in the text, like the patterns of contracts), compiled once;
+the reader runs only on failures and on successful results that carry a marker.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import re2
 
 from callgate.providers import mcp_result_is_error, mcp_result_text
 
@@ -73,21 +76,36 @@ def _words(*phrases: str) -> str:
     return "|".join(r"[\s_-]*".join(re.escape(w) for w in p.split()) for p in phrases)
 
 
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+def _re2(pattern: str):
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
 @dataclass(frozen=True)
 class PhraseFamily:
     """One row of the taxonomy's phrase table: what a match means (``kind``, and the HTTP
-    status it counts as) and the label used when saying how the cause was read."""
+    status it counts as), the label used when saying how the cause was read, and the
+    compiled ``pattern`` (``words`` finds the phrase itself inside a match)."""
 
     label: str
     kind: str
     status: int | None
-    pattern: re.Pattern
+    pattern: Any
+    words: Any
 
 
-def _family(label: str, kind: str, status: int | None, regex: str) -> PhraseFamily:
-    # Case-insensitive inside each phrase; a lowercase letter just before "rate limit" means
-    # another word ("accurate limit"), while "OpenAIRateLimitError" still matches.
-    return PhraseFamily(label, kind, status, re.compile(f"(?i:{regex})"))
+def _family(
+    label: str, kind: str, status: int | None, regex: str, *, guarded: str = ""
+) -> PhraseFamily:
+    """``regex`` matches case-insensitively; ``guarded`` phrases only where no lowercase
+    letter stands just before them ("accurate limit" is no rate limit, while
+    "OpenAIRateLimitError" is)."""
+    pattern = f"(?i:{regex})" + (f"|(?:^|[^a-z])(?i:{guarded})" if guarded else "")
+    words = f"(?i:{regex}" + (f"|{guarded})" if guarded else ")")
+    return PhraseFamily(label, kind, status, _re2(pattern), _re2(words))
 
 
 #: TAXONOMY v2 step 4, in order: the first family that matches decides. Beside each
@@ -102,7 +120,9 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
         + _words("connect timeout", "connection refused", "name or service not known")
         + r"|dial\s+tcp\b[^\n]*?i/o\s+timeout|ECONNREFUSED|getaddrinfo|ENOTFOUND|EHOSTUNREACH|"
         r"ENETUNREACH|nodename nor servname|temporary failure in name resolution|"
-        r"could not resolve host|no route to host|network is unreachable",
+        r"could not resolve host|no route to host|network is unreachable|"
+        # aiohttp's ClientConnectorError, urllib3's NewConnectionError
+        r"cannot connect to host|connect call failed|failed to establish a new connection",
     ),
     _family(
         "timeout",
@@ -132,13 +152,13 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
         "rate limit",
         STATUS,
         429,
-        r"(?-i:(?<![a-z]))"
-        + _words("rate limit")
-        + "|"
-        + _words("too many requests")
-        # S3's SlowDown, gRPC's RESOURCE_EXHAUSTED
+        _words("too many requests")
+        # S3's SlowDown, gRPC's RESOURCE_EXHAUSTED, AWS's "Rate exceeded"
         + r"|quota|throttl|"
-        + _words("slow down", "resource exhausted", "request rate"),
+        + _words(
+            "slow down", "resource exhausted", "request rate", "rate exceeded", "request limit"
+        ),
+        guarded=_words("rate limit"),
     ),
     _family(
         "credential refused",
@@ -164,6 +184,12 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
             "invalid credentials",
             "invalid auth",
             "not authed",
+            "invalid grant",
+            "jwt expired",
+            "no api key",
+            "api key is invalid",
+            "expired credentials",
+            "credentials have expired",
         )
         + r"|invalid[\s_-]*(?:access|bearer|oauth|refresh)[\s_-]*token",
     ),
@@ -183,13 +209,14 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
             "access denied",
             "access is denied",
             "not permitted",
+            "not accessible by",
         ),
     ),
     _family(
         "not found",
         STATUS,
         404,
-        r"\bno\s+such\b|"
+        r"\bno[\s_-]*such|ENOENT|"
         + _words(
             "not found",
             "does not exist",
@@ -199,6 +226,23 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
             "cannot find",
             "can't find",
         ),
+    ),
+    # Past the taxonomy's list, so they decide only where none of its families matches:
+    # a refusal worded softly (after "not found", so that "does not exist or you do not have
+    # permission" stays a 404 that may hide a permission problem), and a temporary outage.
+    _family(
+        "no permission",
+        STATUS,
+        403,
+        r"(?:do|does|did)\s+not\s+have\s+(?:the\s+)?(?:required\s+)?(?:permission|access)|"
+        r"(?:don't|doesn't|didn't|lacks?)\s+(?:the\s+)?(?:required\s+)?(?:permission|access)|"
+        + _words("insufficient access", "not allowed to access", "not authorized to"),
+    ),
+    _family(
+        "service unavailable",
+        STATUS,
+        503,
+        _words("service unavailable", "temporarily unavailable", "overloaded"),
     ),
 )
 
@@ -211,23 +255,25 @@ _REASON_PHRASES = (
     "too many requests|internal server error|not implemented|bad gateway|service unavailable|"
     "gateway time-?out"
 )
-STATUS_IN_TEXT = re.compile(
+STATUS_IN_TEXT = _re2(
     r"(?i)\bHTTP(?:/\d(?:\.\d)?)?(?:\s*(?:error|status|code))?[\s:#=-]*(\d{3})\b"
     r"|\bstatus(?:[\s_-]*code)?[\"']?\s*(?:[:=]|\bis\b|\bof\b)?\s*[\"']?(\d{3})\b"
     r"|\b(?:error|response)[\s_-]*code[\"']?\s*[:=]?\s*[\"']?(\d{3})\b"
     r"|[\"']code[\"']\s*:\s*(\d{3})\b"
+    r"|\b(\d{3})\s+(?:Client|Server)\s+Error\b"  # requests: "500 Server Error: … for url"
+    r"|\berror[\s:#]*(\d{3})\b"
     rf"|\(?\b(\d{{3}})\)?[\s:-]+(?:{_REASON_PHRASES})\b"
 )
 
 #: A JSON-RPC error code named in a text: "MCP error -32601", "JSON-RPC error -32602",
 #: ``"code": -32603``, "code = -32000".
-JSONRPC_IN_TEXT = re.compile(
+JSONRPC_IN_TEXT = _re2(
     r"(?i)(?:mcp[\s_-]*error|json[\s_-]*rpc(?:[\s_-]*error)?|error|code)[\W_]{0,3}(-32[0-7]\d\d)\b"
 )
 
 #: A 404 whose text speaks of access, sharing, permission or visibility may hide a
 #: permission problem (``not_found_or_forbidden``).
-ACCESS_WORDS = re.compile(
+ACCESS_WORDS = _re2(
     r"(?i)\baccess|\bshar(?:e|ed|ing)\b|permission|visib|authori[sz]|\bprivate\b|forbidden"
 )
 
@@ -251,7 +297,8 @@ def phrase_in_text(text: str) -> tuple[PhraseFamily, str] | None:
     for family in PHRASE_FAMILIES:
         match = family.pattern.search(text)
         if match:
-            return family, match.group(0)
+            words = family.words.search(match.group(0))
+            return family, words.group(0) if words else match.group(0)
     return None
 
 
@@ -603,14 +650,14 @@ _HTML_TAGS = (
     "small|ul|ol|li|dl|dt|dd|table|thead|tbody|tr|td|th|address|header|footer|main|nav|section|"
     "article|img|form|input|button|label|noscript|font|iframe|svg|path"
 )
-_MARKUP = re.compile(
-    r"(?is)<(script|style)\b.*?</\1\s*>|<!--.*?-->|<!doctype[^>]*>"
+_MARKUP = _re2(
+    r"(?is)<script\b.*?</script\s*>|<style\b.*?</style\s*>|<!--.*?-->|<!doctype[^>]*>"
     rf"|</?(?:{_HTML_TAGS})\b[^<>]*>"
 )
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_ANSI = _re2(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: lines of a stack trace: Java/JS "at …", Python "File …" and "Traceback", Go frames
-_STACK_LINE = re.compile(
+_STACK_LINE = _re2(
     r"^\s*(?:at\s+(?:async\s+|new\s+)?[\w$.<>\[\]/\\:-]+(?:\s*\(.*\))?\s*$|\.\.\.\s*\d+\s+more"
     r"|File\s+\"|[~^]*\^[~^]*\s*$|goroutine\s+\d+|/\S+\.go:\d+)"
 )

@@ -683,10 +683,12 @@ def classify_attempt(
     attempts_used: int,
     deadline_passed: bool,
     tool_names: Iterable[str] = (),
+    gate_passed: bool = True,
 ) -> Verdict:
     """Classify one execution. ``attempts_used`` counts executions including this one;
     ``tool_names`` are the agent's registered tools (named when a call without a contract
-    turns out to be an unknown tool). The verdict's ``cause`` tells how the failure's cause
+    turns out to be an unknown tool); ``gate_passed`` is False when the gate refused the call
+    and the runtime executed it anyway (its server's -32602 then confirms bad arguments). The verdict's ``cause`` tells how the failure's cause
     was read (``callgate.causes``); ``retry_exhausted`` replaces a retryable reason once the
     attempts or the deadline run out (the re-ask budget is the caller's: ``spend_reask``)."""
     cause = attempt_cause(attempt, contract)
@@ -697,7 +699,7 @@ def classify_attempt(
         return verdict(
             R.EMPTY_RESULT if is_empty_result(result, attempt.result_count) else R.OK, ""
         )
-    reason = cause_reason(cause, contract)
+    reason = cause_reason(cause, contract, gate_passed=gate_passed)
     result = verdict(
         reason,
         observe_attempt(reason, cause, contract, tool_names),
@@ -712,7 +714,7 @@ def attempt_cause(attempt: Attempt, contract: Contract) -> causes.Cause | None:
     reports no failure (with the contract's ``result_error_markers``)."""
     mcp = attempt.result_format == "mcp"
     status = attempt.http_status
-    if attempt.outcome == "success":
+    if attempt.outcome == "success" and not attempt.jsonrpc_error:
         found = causes.read_result(attempt.result, mcp=mcp, markers=contract.result_error_markers)
         if found is not None or status is None or status < 400:
             return found
@@ -747,11 +749,11 @@ def attempt_cause(attempt: Attempt, contract: Contract) -> causes.Cause | None:
     )
 
 
-def cause_reason(cause: causes.Cause, contract: Contract) -> Reason:
+def cause_reason(cause: causes.Cause, contract: Contract, *, gate_passed: bool = True) -> Reason:
     """The reason a cause maps to for this contract (TAXONOMY v2): timeouts, resets and
     server errors by the tool's effect and reconcilability, a 404 by what its text says of
-    access and ``not_found_may_hide_forbidden``, a refused valid call by whether it had a
-    contract."""
+    access and ``not_found_may_hide_forbidden``, JSON-RPC -32601/-32602 by whether the call
+    had a contract and passed the gate's validation (``contract_drift``)."""
     kind = cause.kind
     if kind == causes.CIRCUIT_OPEN:
         return R.CIRCUIT_OPEN
@@ -760,9 +762,9 @@ def cause_reason(cause: causes.Cause, contract: Contract) -> Reason:
     if kind in (causes.TIMEOUT, causes.RESET):
         return _unknown_outcome(contract)
     if kind == causes.REFUSED_VALID_CALL:
-        if contract.registered:
-            return R.CONTRACT_DRIFT
-        return R.UNKNOWN_TOOL if cause.code == -32601 else R.TOOL_ERROR
+        if cause.code == -32601:  # method not found
+            return R.CONTRACT_DRIFT if contract.registered else R.UNKNOWN_TOOL
+        return R.CONTRACT_DRIFT if contract.registered and gate_passed else R.TOOL_ERROR
     if kind == causes.PARTIAL:
         return R.PARTIAL_FAILURE
     if kind == causes.STATUS and cause.status is not None:
@@ -1054,54 +1056,54 @@ def observe_attempt(
     if text is None:  # tool_error
         if cause.kind == causes.ENVELOPE:
             text = (
-                "The server of {name} could not read the request ({what}).{said} This is not about "
-                "your arguments; send the call to {name} once more, or answer without it."
+                "The server of {name} could not read the request{detail}.{said} This is not "
+                "about your arguments; send the call to {name} once more, or answer without it."
             )
         elif about_arguments(cause):
             text = (
-                "{name} refused the arguments ({what}).{said} Change the arguments to fix this, "
+                "{name} refused the arguments{detail}.{said} Change the arguments to fix this, "
                 "then call {name} again."
             )
         else:
             text = (
-                "{name} reported an error ({what}).{said} If the error is about your arguments, "
+                "{name} reported an error{detail}.{said} If the error is about your arguments, "
                 "change them and call {name} again; otherwise do not repeat the same call."
             )
-    return text.format(name=name, what=what, said=said)
+    return text.format(name=name, what=what, detail=cause_detail(cause), said=said)
 
 
-#: Observations by reason ({name}: the tool, {what}: the cause read, {said}: the target's
-#: text quoted). Retried reasons need no new call from the model; refusals and unknown
-#: outcomes never invite one.
+#: Observations by reason ({name}: the tool, {what}: the cause read in words, {detail}: the
+#: HTTP status or JSON-RPC code named, in brackets, {said}: the target's text quoted). Retried
+#: reasons need no new call from the model; refusals and unknown outcomes never invite one.
 OBSERVATIONS: dict[Reason, str] = {
     R.RATE_LIMITED: (
-        "{name} was rate limited by the target ({what}), so the call did not go through. It "
+        "{name} was rate limited by the target{detail}, so the call did not go through. It "
         "will be retried with the same arguments after a backoff; they need no change."
     ),
     R.UNAVAILABLE: (
-        "{name} could not be carried out: {what}, so nothing was done. It will be retried with "
-        "the same arguments after a backoff; they need no change."
+        "{name} could not be carried out: {what}{detail}, so nothing was done. It will be "
+        "retried with the same arguments after a backoff; they need no change."
     ),
     R.CIRCUIT_OPEN: (
         "{name} was not sent: {what} after repeated failures of its target. It will be retried "
         "with the same arguments after a backoff; they need no change."
     ),
     R.READ_FAILURE: (
-        "{name} failed with a temporary error: {what}. It is safe to repeat and will be retried "
-        "with the same arguments after a backoff; they need no change."
+        "{name} failed with a temporary error: {what}{detail}. It is safe to repeat and will be "
+        "retried with the same arguments after a backoff; they need no change."
     ),
     R.OUTCOME_UNKNOWN: (
-        "The outcome of {name} is unknown: {what} after the request may have reached the "
+        "The outcome of {name} is unknown ({what}{detail}): the request may have reached the "
         "target, so the change may have been applied. Do not call {name} again; the target is "
         "being checked for this change first."
     ),
     R.NOT_RECONCILABLE: (
-        "The outcome of {name} is unknown: {what} after the request may have reached the "
-        "target, so the change may have been applied, and it cannot be looked up there. Do not "
-        "call {name} again; an operator will review it."
+        "The outcome of {name} is unknown ({what}{detail}): the request may have reached the "
+        "target, so the change may have been applied, and it cannot be looked up there. Do "
+        "not call {name} again; an operator will review it."
     ),
     R.AUTHENTICATION_FAILED: (
-        "The target refused the credential used for {name} ({what}). This is a configuration "
+        "The target refused the credential used for {name}{detail}. This is a configuration "
         "problem that neither other arguments nor a retry can solve; an operator will review "
         "it. Do not call {name} again; tell the user."
     ),
@@ -1112,17 +1114,17 @@ OBSERVATIONS: dict[Reason, str] = {
         "the user it is being checked."
     ),
     R.REFERENCE_NOT_FOUND: (
-        "{name} failed: the target found nothing for something your arguments refer to "
-        "({what}).{said} Check the identifiers you used (do not invent them) and call {name} "
+        "{name} failed: the target found nothing for something your arguments refer to"
+        "{detail}.{said} Check the identifiers you used (do not invent them) and call {name} "
         "again with existing ones, or ask the user."
     ),
     R.CONFLICT: (
-        "{name} hit a conflict in the target ({what}): the object changed while the call ran."
+        "{name} hit a conflict in the target{detail}: the object changed while the call ran."
         "{said} Do not retry; an operator will review it."
     ),
     R.CONTRACT_DRIFT: (
-        "The server of {name} refused a call that matches the tool's registered contract "
-        "({what}).{said} The contract no longer describes the server, so a different call "
+        "The server of {name} refused a call that matches the tool's registered contract"
+        "{detail}.{said} The contract no longer describes the server, so a different call "
         "cannot solve this; an operator will review it. Do not call {name} again for this "
         "request."
     ),
@@ -1146,48 +1148,34 @@ def about_arguments(cause: causes.Cause) -> bool:
     )
 
 
-_STATUS_WORDS = {
-    401: "the credential was refused",
-    403: "the target refused the actor",
-    404: "not found",
-    408: "it timed out",
-    409: "a conflict",
-    410: "gone",
-    429: "rate limited",
-    503: "the service is unavailable",
-}
-
-
 def cause_words(cause: causes.Cause) -> str:
-    """The cause that was read, in a few plain words for an observation: never an operation
-    ID, and an HTTP status only when one was named (always 4xx or 5xx)."""
-    code = (
-        f"JSON-RPC {cause.code}"
-        + (f" {causes.JSONRPC_NAMES[cause.code]}" if cause.code in causes.JSONRPC_NAMES else "")
-        if cause.code is not None
-        else ""
-    )
+    """The kind of failure that was read, in a few plain words for an observation."""
     kind = cause.kind
     if kind == causes.NOT_SENT:
-        words = "the target could not be reached before the request was sent"
-    elif kind == causes.CIRCUIT_OPEN:
-        words = "the circuit breaker is open"
-    elif kind == causes.TIMEOUT:
-        words = "it timed out"
-    elif kind == causes.RESET:
-        words = "the connection broke before the answer arrived"
-    elif kind == causes.STATUS and cause.status:
-        words = _STATUS_WORDS.get(
-            cause.status,
-            "the server failed" if cause.status >= 500 else "the target refused the call",
-        )
-        if cause.status_named:
-            words += f", HTTP {cause.status}"
-    elif kind in (causes.REFUSED_VALID_CALL, causes.ENVELOPE):
-        return code
-    else:
-        words = "an error of the tool's own"
-    return f"{words}, {code}" if code else words
+        return "the target could not be reached before the request was sent"
+    if kind == causes.CIRCUIT_OPEN:
+        return "the circuit breaker is open"
+    if kind == causes.TIMEOUT or cause.status == 408:
+        return "it timed out"
+    if kind == causes.RESET:
+        return "the connection broke before the answer arrived"
+    if cause.status == 503:
+        return "the service is unavailable"
+    if cause.status and cause.status >= 500:
+        return "the server failed"
+    return "the tool failed"
+
+
+def cause_detail(cause: causes.Cause) -> str:
+    """The HTTP status and JSON-RPC code that were named, in brackets (or nothing): an HTTP
+    status only when one was named, so always 4xx or 5xx, never an operation ID."""
+    named = []
+    if cause.status_named and cause.status:
+        named.append(f"HTTP {cause.status}")
+    if cause.code is not None:
+        name = causes.JSONRPC_NAMES.get(cause.code)
+        named.append(f"JSON-RPC {cause.code}" + (f" {name}" if name else ""))
+    return f" ({', '.join(named)})" if named else ""
 
 
 def observe_partial_failure(name: str, cause: causes.Cause) -> str:

@@ -13,9 +13,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -122,6 +124,43 @@ def events_receive(
         for event_id, index in fresh.items():
             outcomes[index] = ACCEPTED if event_id in stored else DUPLICATE
     return outcomes  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Backpressure:
+    """Why ingest refuses for now: the HTTP status to answer (429), the seconds to put in
+    ``Retry-After`` (RFC 9110 §10.2.3) and a message naming the limit."""
+
+    status: int
+    retry_after: int
+    message: str
+
+
+def inbox_backpressure(project: Project) -> Backpressure | None:
+    """``None`` while ``project`` may send more events; a ``Backpressure`` (429) once it has
+    ``settings.CALLGATE_INBOX_MAX_PENDING`` or more events received and not yet applied
+    (pending inbox rows), so that clients back off (OTLP/HTTP "Failures": 429 and 503 with
+    ``Retry-After`` are retryable) instead of growing the inbox without bound. One index
+    probe (``inboxevent_drain``), however long the inbox is; 0 turns the check off."""
+    limit = settings.CALLGATE_INBOX_MAX_PENDING
+    if not limit:
+        return None
+    over = (
+        InboxEvent.objects.filter(project=project, status=InboxEvent.Status.PENDING)
+        .order_by("id")
+        .values_list("id", flat=True)[limit - 1 : limit]
+        .exists()
+    )
+    if not over:
+        return None
+    return Backpressure(
+        status=429,
+        retry_after=settings.CALLGATE_INBOX_RETRY_AFTER,
+        message=(
+            f"This project has {limit} or more events waiting to be applied "
+            "(CALLGATE_INBOX_MAX_PENDING); retry after the Retry-After delay."
+        ),
+    )
 
 
 #: Tries of one batch's inbox insert when PostgreSQL picks it as a deadlock's victim.

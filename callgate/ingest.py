@@ -447,6 +447,7 @@ class _Batch:
                 attempts_used=attempts,
                 deadline_passed=bool(call.deadline and event.occurred_at > call.deadline),
                 tool_names=self.tools,
+                gate_passed=state_before != S.REJECTED,
             )
             if call.state != S.SUCCEEDED:
                 result = self._spend_reask(call, result, view)

@@ -267,6 +267,8 @@ class ToolCall(models.Model):
             models.Index(fields=["project", "state"], name="toolcall_project_state"),
             # a later event naming its call by call_id within request_id
             models.Index(fields=["project", "request_id", "call_id"], name="toolcall_request_call"),
+            # GET /api/v1/calls?trace_id=… and the calls page's trace filter (OpenTelemetry)
+            models.Index(fields=["project", "trace_id"], name="toolcall_project_trace"),
             # rollup refresh: calls changed since a watermark
             models.Index(fields=["updated_at"], name="toolcall_updated"),
         ]

@@ -358,8 +358,24 @@ class GateAnswer(RootModel[CallAnswer | TurnAnswer]):
 class CallDetail(CallAnswer):
     tool: str
     contract_version: int | None
+    agent: str = Field(description="The name of the agent whose key reported the call.")
+    request_id: str | None
+    conversation_id: str | None
+    trace_id: str | None = Field(
+        description="The OpenTelemetry trace ID (32 hex) of a call that arrived as spans."
+    )
+    call_id: str | None = Field(description="The provider's tool-call ID.")
     created_at: datetime
     updated_at: datetime
+
+
+class CallList(BaseModel):
+    """``GET /api/v1/calls``: a page of calls, newest first."""
+
+    items: list[CallDetail]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next (older) page; null on the last page."
+    )
 
 
 class FieldError(BaseModel):

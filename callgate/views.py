@@ -25,7 +25,20 @@ from callgate.taxonomy import Category, Reason, Route
 from callgate.timeparse import parse_time
 
 #: query parameters of the calls list that narrow it (the reports link with these)
-FILTER_PARAMS = ("reason", "category", "route", "tool", "agent", "state", "since", "until", "q")
+FILTER_PARAMS = (
+    "reason",
+    "category",
+    "route",
+    "tool",
+    "agent",
+    "state",
+    "since",
+    "until",
+    "q",
+    "trace_id",
+    "request_id",
+    "conversation_id",
+)
 
 
 @require_GET
@@ -79,6 +92,8 @@ def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
     choice("state", ToolCall.State.values)
     values["tool"] = params.get("tool", "").strip()[:128]
     values["q"] = params.get("q", "").strip()[:200]
+    for name in ("trace_id", "request_id", "conversation_id"):
+        values[name] = params.get(name, "").strip()[:200]
     raw_agent = params.get("agent", "").strip()
     if raw_agent:
         if raw_agent.isdigit() and len(raw_agent) < 19:  # fits a bigint
@@ -123,7 +138,13 @@ def _chips(params: QueryDict, *, filters: CallFilters, agents: dict[int, str]) -
             value = Category(filters.category).label
         elif name == "state" and filters.state:
             value = ToolCall.State(filters.state).label
-        label = {"q": "operation ID", "tool": "tool"}.get(name, name)
+        label = {
+            "q": "operation ID",
+            "tool": "tool",
+            "trace_id": "trace",
+            "request_id": "request",
+            "conversation_id": "conversation",
+        }.get(name, name)
         chips.append(
             {
                 "name": name,
@@ -204,12 +225,15 @@ def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
     call = selectors.call_for_detail(project=request.project, operation_id=operation_id)
     if call is None:
         raise Http404("No such call in this project.")
+    events = selectors.call_timeline(call=call)
     return render(
         request,
         "callgate/call_detail.html",
         {
             "call": call,
-            "events": selectors.call_timeline(call=call),
+            "events": events,
+            # the latest execution whose failure was read: what the reader found, shown apart
+            "cause_event": next((e for e in reversed(events) if e.cause), None),
             "review_item": selectors.call_open_review_item(call=call),
             "nav_active": "calls",
         },

@@ -224,3 +224,26 @@ def cut_texts(value: Any, limit: int = STORED_TEXT_CHARS) -> Any:
         items = [cut_texts(item, limit) for item in value]
         return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     return value
+
+
+#: Deeper JSON is refused at the door (the REST API, the OTLP receiver): every later step
+#: (redaction, canonical JSON, schema validation) walks it recursively.
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value: arrays and objects inside each other (a scalar
+    is 0, ``[]`` is 1, ``[{}]`` is 2). Without recursion; leaves are never pushed."""
+    if type(value) is not dict and type(value) is not list:
+        return 0
+    deepest, stack = 1, [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, level = pop()
+        if level > deepest:
+            deepest = level
+        for child in node.values() if type(node) is dict else node:
+            kind = type(child)
+            if kind is dict or kind is list:
+                push((child, level + 1))
+    return deepest

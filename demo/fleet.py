@@ -136,6 +136,31 @@ def ticket_tool(http: httpx.Client, *, token: str = TOKEN) -> Callable[[dict, st
     return execute
 
 
+def tag_tool(http: httpx.Client, *, token: str = TOKEN) -> Callable[[dict, str], Any]:
+    """The ``tag_tickets`` batch write: tags each ticket that is open and answers per ticket,
+    like batch endpoints do (``{"succeeded": [...], "failed": [{"id", "error"}]}``); a closed,
+    deleted or foreign ticket fails on its own while the others are tagged."""
+
+    def execute(arguments: dict, operation_id: str) -> Any:
+        succeeded, failed = [], []
+        for ticket_id in arguments["ticket_ids"]:
+            try:
+                response = http.get(
+                    f"/tickets/{ticket_id}", headers={"Authorization": f"Bearer {token}"}
+                )
+            except httpx.HTTPError as exc:
+                raise _simulator_failure(exc) from exc
+            ticket = response.json() if response.status_code == 200 else {}
+            if ticket.get("status") == "open":
+                succeeded.append(ticket_id)
+            else:
+                error = ticket.get("status") and f"ticket is {ticket['status']}"
+                failed.append({"id": ticket_id, "error": error or response.json().get("error")})
+        return {"tag": arguments["tag"], "succeeded": succeeded, "failed": failed}
+
+    return execute
+
+
 # --------------------------------------------------------------------------- contracts
 
 FOLLOW_UP_SCHEMA = {
@@ -304,6 +329,51 @@ def contracts(simulator_base_url: str) -> dict[str, dict]:
                     },
                 },
                 "required": ["customer_id", "amount_cents", "iban"],
+            },
+        ),
+        "tag_tickets": dict(
+            description="Add a tag to several support tickets in one call; the help desk "
+            "answers per ticket (succeeded and failed ones).",
+            effect="write",
+            idempotent=True,
+            max_attempts=2,
+            max_reasks=2,
+            parameters={
+                "type": "object",
+                "properties": {
+                    "ticket_ids": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": "^T-[0-9]+$"},
+                        "minItems": 1,
+                        "maxItems": 50,
+                        "description": "Ticket ids, e.g. ['T-1', 'T-2']",
+                    },
+                    "tag": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 40,
+                        "description": "The tag to add, e.g. 'billing'",
+                    },
+                },
+                "required": ["ticket_ids", "tag"],
+            },
+        ),
+        "read_kb_article": dict(
+            description="Read an article of the knowledge base (a workspace the integration "
+            "sees only the pages shared with it).",
+            effect="read",
+            max_attempts=3,
+            max_reasks=2,
+            parameters={
+                "type": "object",
+                "properties": {
+                    "article_id": {
+                        "type": "string",
+                        "pattern": "^KB-[0-9]+$",
+                        "description": "Article id, e.g. KB-12",
+                    }
+                },
+                "required": ["article_id"],
             },
         ),
         # badly described on purpose: the contract linter scores it low
@@ -848,6 +918,49 @@ class Fleet:
             "shop-bot", "get_weather", {"city": "Narnia"}, geocode, model=model, fmt="openai"
         )
 
+    def ep_partial_failure(self):
+        # a batch write: T-5 is closed, the other tickets are tagged
+        ids = self.rng.sample(["T-1", "T-2"], k=2) + ["T-5"]
+        return self.run(
+            "support-bot",
+            "tag_tickets",
+            {"ticket_ids": ids, "tag": self.rng.choice(["billing", "vip", "bug"])},
+            tag_tool(self.http),
+        )
+
+    def ep_contract_drift(self):
+        # the catalogue's MCP server was upgraded and renamed num_results; the contract lags
+        drift = ToolFailure(
+            "McpError: MCP error -32602: Invalid arguments for tool search_products: "
+            "unknown property 'num_results'",
+            sent=True,
+        )
+        return self.run(
+            "shop-bot",
+            "search_products",
+            {"query": self.rng.choice(QUERIES), "num_results": self.rng.randint(1, 5)},
+            self.failing(drift),
+            fmt="mcp",
+            wait_limit=2,
+        )
+
+    def ep_not_found_or_forbidden(self):
+        # the knowledge base hides pages not shared with the integration behind a 404
+        article = f"KB-{self.rng.randint(10, 99)}"
+        hidden = ToolFailure(
+            f"object_not_found: Could not find page with ID: {article}. Make sure the "
+            "relevant pages and databases are shared with your integration.",
+            sent=True,
+            http_status=404,
+        )
+        return self.run(
+            "support-bot",
+            "read_kb_article",
+            {"article_id": article},
+            self.failing(hidden),
+            wait_limit=2,
+        )
+
     def ep_conflict(self):
         return self.run(
             "support-bot",
@@ -974,6 +1087,9 @@ class Fleet:
         "outcome_unknown",
         "not_reconcilable",
         "tool_error",
+        "partial_failure",
+        "contract_drift",
+        "not_found_or_forbidden",
         "conflict",
         "duplicate_suppressed",
         "idempotency_mismatch",
@@ -1004,6 +1120,9 @@ class Fleet:
         "unavailable": 3,
         "read_failure": 3,
         "tool_error": 2,
+        "partial_failure": 2,
+        "contract_drift": 1,
+        "not_found_or_forbidden": 1,
         "duplicate_suppressed": 3,
         "reconciled_applied": 2,
         "reconciled_absent": 2,
