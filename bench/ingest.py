@@ -13,7 +13,12 @@ interleaved rounds:
   2. a raw psycopg ``COPY`` of the same rows into a scratch table, from as many streams;
   3. events/s applying the inbox (``inbox_drain``: classification, lifecycle, bulk writes),
      what a Celery worker does after the requests; checked to leave every event applied;
-  4. the gate check (``POST /api/v1/calls``) median and p99 latency.
+  4. the gate check (``POST /api/v1/calls``) median and p99 latency;
+  5. spans/s through the OTLP receiver (``POST /api/otlp/v1/traces``, protobuf in requests of
+     512 spans, as the SDKs' batch processor sends them): agent turns made by the real
+     ``opentelemetry-sdk`` (a ``chat`` span proposing two tool calls, two ``execute_tool``
+     spans, one failing), against the same events (what the receiver maps them to) through
+     ``POST /api/v1/events`` in the same run.
 Prints ingest/COPY per client count and best against best. Target: ratio >= 0.25.
 Celery uses the in-memory broker here, so the drain tasks the requests enqueue wait
 unconsumed and step 3 times the apply on its own.
@@ -209,7 +214,9 @@ def batches(total: int, rng: random.Random) -> list[list[dict]]:
     return out
 
 
-def call(method: str, path: str, body: bytes, key: str) -> tuple[int, bytes]:
+def call(
+    method: str, path: str, body: bytes, key: str, content_type: str = "application/json"
+) -> tuple[int, bytes]:
     """One request through the WSGI application, as a WSGI server (gunicorn) calls it."""
     status: list[str] = []
     environ = {
@@ -221,7 +228,7 @@ def call(method: str, path: str, body: bytes, key: str) -> tuple[int, bytes]:
         "SERVER_PORT": "80",
         "SERVER_PROTOCOL": "HTTP/1.1",
         "REMOTE_ADDR": "127.0.0.1",
-        "CONTENT_TYPE": "application/json",
+        "CONTENT_TYPE": content_type,
         "CONTENT_LENGTH": str(len(body)),
         "HTTP_HOST": "bench",
         "HTTP_AUTHORIZATION": f"Bearer {key}",
@@ -303,6 +310,107 @@ def raw_copy_rate(rows: list[dict], *, clients: int) -> float:
     return len(rows) / elapsed
 
 
+#: Spans per OTLP export request: the batch span processor's default max_export_batch_size.
+OTLP_BATCH = 512
+
+
+def otlp_requests(turns: int, seed: int) -> list[bytes]:
+    """``turns`` agent turns as OTLP protobuf requests of ``OTLP_BATCH`` spans, recorded by
+    the real SDK and encoded by the exporter's encoder: per turn an ``invoke_agent`` span
+    holding a ``chat`` span that proposes ``get_weather`` and ``create_follow_up`` and their
+    two ``execute_tool`` spans (the write fails with ``error.type`` 429 one turn in four).
+    Four spans a turn, so requests of 512 never split a trace."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import Status, StatusCode
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("bench")
+    rng = random.Random(seed)
+    for turn in range(turns):
+        calls = [
+            ("get_weather", {"city": rng.choice(["Oslo", "Lima", "Pune"]), "date": "2026-06-15"}),
+            (
+                "create_follow_up",
+                {"ticket_id": f"T-{turn}", "assignee_id": "u7", "due_at": "2026-06-16T09:00:00Z"},
+            ),
+        ]
+        with tracer.start_as_current_span("invoke_agent bench"):
+            with tracer.start_as_current_span("chat gpt-4o") as span:
+                span.set_attribute("gen_ai.operation.name", "chat")
+                parts = [
+                    {"type": "tool_call", "id": f"call_{turn}_{k}", "name": name, "arguments": args}
+                    for k, (name, args) in enumerate(calls)
+                ]
+                span.set_attribute(
+                    "gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": parts}])
+                )
+            for k, (name, args) in enumerate(calls):
+                with tracer.start_as_current_span(f"execute_tool {name}") as span:
+                    span.set_attribute("gen_ai.operation.name", "execute_tool")
+                    span.set_attribute("gen_ai.tool.name", name)
+                    span.set_attribute("gen_ai.tool.call.id", f"call_{turn}_{k}")
+                    span.set_attribute("gen_ai.tool.call.arguments", json.dumps(args))
+                    if k == 1 and turn % 4 == 0:
+                        span.set_attribute("error.type", "429")
+                        span.set_status(Status(StatusCode.ERROR, "Too Many Requests"))
+                    else:
+                        span.set_attribute("gen_ai.tool.call.result", json.dumps({"ok": True}))
+    spans = list(memory.get_finished_spans())
+    provider.shutdown()
+    return [
+        encode_spans(spans[start : start + OTLP_BATCH]).SerializeToString()
+        for start in range(0, len(spans), OTLP_BATCH)
+    ]
+
+
+def otlp_rates(
+    project: Project, key: str, *, turns: int, seed: int
+) -> tuple[int, int, float, float]:
+    """(spans, events, seconds through the OTLP receiver, seconds for the same events through
+    ``POST /api/v1/events``), one client; each followed by a drain (not timed) that must
+    leave every event applied. The /events run gets fresh event IDs and request IDs."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from callgate.otlp import spans_to_events
+
+    requests = otlp_requests(turns, seed)
+    bodies, spans, events = [], 0, 0
+    for raw in requests:  # the events the receiver makes of each request, as /events bodies
+        mapped = spans_to_events(ExportTraceServiceRequest.FromString(raw))
+        spans += mapped.spans
+        batch = []
+        for _, event in mapped.events:
+            body = json.loads(event.model_dump_json())
+            body["event_id"] = str(uuid.uuid4())
+            body["request_id"] = "events-" + body["request_id"]
+            batch.append(body)
+        events += len(batch)
+        bodies.append(json.dumps(batch).encode())
+
+    def timed(path: str, payloads: list[bytes], content_type: str) -> float:
+        before = CallEvent.objects.filter(project=project).count()
+        started = time.perf_counter()
+        for payload in payloads:
+            code, content = call("POST", path, payload, key, content_type)
+            assert code == 200, content[:300]
+        elapsed = time.perf_counter() - started
+        inbox_drain(project.pk)
+        applied = CallEvent.objects.filter(project=project).count() - before
+        assert applied == 2 * turns * 2, (path, applied)  # two calls' proposals and attempts
+        return elapsed
+
+    otlp_seconds = timed("/api/otlp/v1/traces", requests, "application/x-protobuf")
+    events_seconds = timed("/api/v1/events", bodies, "application/json")
+    return spans, events, otlp_seconds, events_seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -322,6 +430,9 @@ def main() -> None:
         help="ingest and COPY measured this many times, interleaved",
     )
     parser.add_argument("--gate-checks", type=int, default=1_000)
+    parser.add_argument(
+        "--otlp-turns", type=int, default=1_000, help="agent turns (4 spans each) for the OTLP line"
+    )
     parser.add_argument("--seed", type=int, default=7)
     options = parser.parse_args()
     if connection.vendor != "postgresql":
@@ -424,6 +535,15 @@ def main() -> None:
     )
     print(
         f"gate check:        median {p50:.2f} ms, p99 {p99:.2f} ms over {options.gate_checks:,} checks"
+    )
+    spans, events, otlp_seconds, events_seconds = otlp_rates(
+        project, key, turns=options.otlp_turns, seed=options.seed
+    )
+    print(
+        f"OTLP receiver:     {spans / otlp_seconds:,.0f} spans/s ({events / otlp_seconds:,.0f} events/s) "
+        f"through /api/otlp/v1/traces; the same {events:,} events through /api/v1/events "
+        f"{events / events_seconds:,.0f} events/s; OTLP/events time ratio "
+        f"{otlp_seconds / events_seconds:.2f} ({spans:,} spans, one client)"
     )
     ToolCall.objects.filter(project=project).delete()
     Project.objects.filter(pk=project.pk).delete()

@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 import uuid
 
-from django.http import Http404
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpResponse
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from pydantic import ValidationError
 from rest_framework import exceptions, status
 from rest_framework.request import Request
@@ -20,32 +22,39 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from callgate import providers, services
+from callgate import otlp, providers, selectors, services
 from callgate.auth import AgentPrincipal
-from callgate.inbox import EventRefused, event_answer, events_receive
+from callgate.inbox import (
+    EventRefused,
+    event_answer,
+    events_receive,
+    inbox_backpressure,
+)
 from callgate.ingest import call_answer
 from callgate.models import ToolCall
 from callgate.schemas import (
     EVENT_ADAPTER,
-    CallAnswer,
+    RFC3339,
     CallDetail,
+    CallList,
     ContractIn,
     ContractOut,
     ErrorBody,
     EventsResponse,
     EventStatus,
+    GateAnswer,
     GateRequest,
     error_list,
 )
+from callgate.selectors import CallFilters, Cursor
 from callgate.tasks import drain_inbox_enqueue
+from callgate.taxonomy import Category, Reason
+from callgate.wire import MAX_JSON_DEPTH, json_depth
 
 MAX_BATCH_EVENTS = 1000
 MAX_BATCH_BYTES = 5 * 1024 * 1024
 #: Tool names as providers allow them (OpenAI: [a-zA-Z0-9_-]{1,64}; MCP adds dots and more).
 TOOL_NAME = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")
-#: Deeper JSON is refused at the door: every later step (redaction, canonical JSON,
-#: schema validation) walks it recursively.
-MAX_JSON_DEPTH = 64
 HTTP_207_MULTI_STATUS = 207
 
 
@@ -97,7 +106,7 @@ def _json_body(request: Request, *, limit: int = MAX_BATCH_BYTES, too_large: lis
         raise exceptions.ParseError(
             f"The body is nested deeper than {MAX_JSON_DEPTH} levels."
         ) from None
-    if _depth(body) > MAX_JSON_DEPTH:
+    if json_depth(body) > MAX_JSON_DEPTH:
         raise exceptions.ParseError(f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
     return body
 
@@ -107,24 +116,6 @@ def _join_loc(prefix: str, path: str) -> str:
     if not prefix or not path or path.startswith("["):
         return prefix + path or "(body)"
     return f"{prefix}.{path}"
-
-
-def _depth(value) -> int:
-    """Nesting depth of a parsed JSON value: arrays and objects inside each other (a scalar
-    is 0, ``[]`` is 1, ``[{}]`` is 2). Without recursion; leaves are never pushed."""
-    if type(value) is not dict and type(value) is not list:
-        return 0
-    deepest, stack = 1, [(value, 1)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node, level = pop()
-        if level > deepest:
-            deepest = level
-        for child in node.values() if type(node) is dict else node:
-            kind = type(child)
-            if kind is dict or kind is list:
-                push((child, level + 1))
-    return deepest
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -265,19 +256,162 @@ class EventsIngestApi(APIView):
         )
 
 
-class GateCheckApi(APIView):
+#: Items per page of ``GET /api/v1/calls``: the default and the most a client may ask for.
+CALLS_LIST_DEFAULT = 100
+CALLS_LIST_MAX = 500
+#: The query parameters of ``GET /api/v1/calls`` that narrow the list (all exact matches,
+#: except ``since``/``until``), with their enumerated values where they have them.
+CALLS_LIST_CHOICES = {
+    "category": Category.values,
+    "reason": Reason.values,
+    "state": ToolCall.State.values,
+}
+CALLS_LIST_TEXT = {
+    "trace_id": "trace_id",
+    "request_id": "request_id",
+    "conversation_id": "conversation_id",
+    "tool": "tool",
+    "agent": "agent_name",
+}
+CALLS_LIST_PARAMETERS = [
+    OpenApiParameter(
+        "cursor",
+        str,
+        description="Opaque: the `next_cursor` of the previous page. Absent: the newest calls.",
+    ),
+    OpenApiParameter(
+        "limit",
+        int,
+        description=f"Items per page, 1 to {CALLS_LIST_MAX} (default {CALLS_LIST_DEFAULT}).",
+    ),
+    OpenApiParameter("trace_id", str, description="The OpenTelemetry trace ID (32 hex)."),
+    OpenApiParameter("request_id", str, description="The request ID the calls belong to."),
+    OpenApiParameter("conversation_id", str, description="The conversation ID."),
+    OpenApiParameter("tool", str, description="The tool's name."),
+    OpenApiParameter("agent", str, description="The agent's name."),
+    *[
+        OpenApiParameter(name, str, enum=list(values), description=f"The call's current {name}.")
+        for name, values in CALLS_LIST_CHOICES.items()
+    ],
+    OpenApiParameter("since", str, description="RFC 3339 date-time: calls created at or after it."),
+    OpenApiParameter("until", str, description="RFC 3339 date-time: calls created before it."),
+]
+
+
+def _calls_list_query(params) -> tuple[CallFilters, Cursor | None, int, list[dict]]:
+    """The filters, cursor and limit of ``GET /api/v1/calls``; a non-empty error list (each
+    ``{"loc", "msg"}``, ``loc`` the parameter's name) when any parameter is bad or unknown."""
+    errors: list[dict] = []
+    values: dict = {}
+    known = {"cursor", "limit", "since", "until", *CALLS_LIST_CHOICES, *CALLS_LIST_TEXT}
+    for name in sorted(set(params) - known):
+        errors.append({"loc": name, "msg": f"unknown parameter; expected one of {sorted(known)}"})
+    for name, allowed in CALLS_LIST_CHOICES.items():
+        raw = params.get(name)
+        if raw is not None and raw not in allowed:
+            errors.append({"loc": name, "msg": f"must be one of {', '.join(allowed)}"})
+        elif raw:
+            values[name] = raw
+    for name, field in CALLS_LIST_TEXT.items():
+        raw = params.get(name)
+        if raw is not None and not 0 < len(raw) <= 200:
+            errors.append({"loc": name, "msg": "must be 1 to 200 characters"})
+        elif raw:
+            values[field] = raw
+    for name in ("since", "until"):
+        raw = params.get(name)
+        if raw is None:
+            continue
+        try:  # RFC 3339 §5.6 allows "t" and "z"; a well-formed but impossible date raises
+            moment = parse_datetime(raw.upper()) if RFC3339.fullmatch(raw) else None
+        except ValueError:
+            moment = None
+        if moment is None:
+            errors.append(
+                {"loc": name, "msg": "must be an RFC 3339 date-time, e.g. 2026-06-15T09:00:00Z"}
+            )
+        else:
+            values[name] = moment
+    raw_limit = params.get("limit", str(CALLS_LIST_DEFAULT))
+    limit = int(raw_limit) if raw_limit.isascii() and raw_limit.isdigit() else 0
+    if not 1 <= limit <= CALLS_LIST_MAX:
+        errors.append({"loc": "limit", "msg": f"must be an integer from 1 to {CALLS_LIST_MAX}"})
+    cursor = None
+    if params.get("cursor") is not None:
+        cursor = Cursor.decode(params["cursor"])
+        if cursor is None:
+            errors.append(
+                {"loc": "cursor", "msg": "not a cursor of this API; pass next_cursor as it is"}
+            )
+    return CallFilters(**values), cursor, limit, errors
+
+
+def call_detail(call: ToolCall) -> dict:
+    """The ``CallDetail`` shape of ``GET /api/v1/calls/{operation_id}`` and of each item of
+    ``GET /api/v1/calls`` (``call`` with its agent and contract loaded)."""
+    return {
+        **call_answer(call),
+        "tool": call.tool_name,
+        "contract_version": call.contract.version if call.contract else None,
+        "agent": call.agent.name,
+        "request_id": call.request_id or None,
+        "conversation_id": call.conversation_id or None,
+        "trace_id": call.trace_id or None,
+        "call_id": call.call_id or None,
+        "created_at": call.created_at,
+        "updated_at": call.updated_at,
+    }
+
+
+class CallsApi(APIView):
+    @extend_schema(
+        operation_id="calls_list",
+        summary="List the project's calls, newest first, with filters and cursor pagination",
+        description=(
+            "Keyset pagination on (created_at, id): pass `next_cursor` back as `cursor` for the next "
+            "(older) page; pages stay stable while new calls arrive. Each item has the shape of "
+            "`GET /api/v1/calls/{operation_id}`. Filters combine with AND; an unknown parameter or a "
+            "bad value is a 400 whose `errors[].loc` names it. A key lists only its own project's calls. "
+            "The same filters as the calls page (`/p/<project>/calls/`)."
+        ),
+        parameters=CALLS_LIST_PARAMETERS,
+        responses={200: CallList, 400: ErrorBody, 401: ErrorBody},
+    )
+    def get(self, request: Request) -> Response:
+        principal = _agent(request)
+        filters, cursor, limit, errors = _calls_list_query(request.query_params)
+        if errors:
+            return _error(f"Invalid parameter {errors[0]['loc']}: {errors[0]['msg']}", errors)
+        page = selectors.calls_page(
+            project=principal.project, filters=filters, before=cursor, size=limit, detail=True
+        )
+        return Response(
+            {"items": [call_detail(call) for call in page.rows], "next_cursor": page.older}
+        )
+
     @extend_schema(
         operation_id="calls_check",
         summary="Check a proposed call before executing it (the gate)",
         description=(
-            "Normalises the provider's call (OpenAI Chat Completions and Responses, Anthropic, Gemini, MCP, plain), "
+            "Normalises the provider's call (OpenAI Chat Completions and Responses, Anthropic, Gemini, Bedrock "
+            "Converse, Ollama, MCP, plain), "
             "validates it against the agent's tool contracts, applies duplicate and idempotency rules, records a "
             "`proposed` event and answers the operation ID to execute under, the verdict, the route and the "
             "observation text for the model. A duplicate of a succeeded operation answers `return_receipt` with the "
-            "stored receipt. Unrecognisable output is `malformed_call`, never an error."
+            "stored receipt. Unrecognisable output is `malformed_call`, never an error. "
+            "With `turn` (a whole model response, TAXONOMY v2) instead of `call`, every call of the response is "
+            'checked in one round trip and the answer is `{"calls": [CallAnswer, ...]}`, one per call, in order; '
+            "calls the provider executed itself are recorded (`executed_by: provider`), never gated. A response "
+            "holding several calls sent as `call` is a 400 naming `call`."
         ),
         request=GateRequest,
-        responses={200: CallAnswer, 400: ErrorBody, 401: ErrorBody, 409: ErrorBody, 500: ErrorBody},
+        responses={
+            200: GateAnswer,
+            400: ErrorBody,
+            401: ErrorBody,
+            409: ErrorBody,
+            500: ErrorBody,
+        },
     )
     def post(self, request: Request) -> Response:
         principal = _agent(request)
@@ -287,22 +421,36 @@ class GateCheckApi(APIView):
         except ValidationError as exc:
             errors = error_list(exc)
             return _error(f"Invalid gate request: {errors[0]['loc']}: {errors[0]['msg']}", errors)
-        try:
-            answer = services.gate_check(
-                project=principal.project, agent=principal.agent, gate=gate
+        turn = "turn" in gate.model_fields_set
+        if turn and gate.operation_id:
+            return _error(
+                "Invalid gate request: operation_id: the calls of a turn get their own "
+                "operation IDs; leave it out",
+                [{"loc": "operation_id", "msg": "not allowed with turn"}],
             )
+        # the same path as /events, then applied at once (after the events received before it)
+        try:
+            found = services.gate_check(project=principal.project, agent=principal.agent, gate=gate)
         except EventRefused as exc:
             if exc.kind == "invalid":
                 return _error(f"Invalid gate request: {exc.errors[0]['msg']}", exc.errors)
-            if exc.kind == "internal":  # callgate's bug, not the request's
-                return _error(exc.errors[0]["msg"], exc.errors, code=500)
-            message = exc.errors[0]["msg"]
-            if exc.errors[0]["loc"] == "event_id":
-                message = (
-                    "This event_id was already used for another kind of event; send a new one."
+            if exc.kind == "reused":  # a re-sent check finds its first answer; not another kind
+                return _error(
+                    "This event_id was already used for another kind of event; send a new one.",
+                    exc.errors,
+                    code=status.HTTP_409_CONFLICT,
                 )
-            return _error(message, exc.errors, code=status.HTTP_409_CONFLICT)
-        return Response(answer)
+            code = (
+                status.HTTP_500_INTERNAL_SERVER_ERROR  # callgate's bug, not the request's
+                if exc.kind == "internal"
+                else status.HTTP_400_BAD_REQUEST
+                if turn
+                else status.HTTP_409_CONFLICT
+            )
+            return _error(exc.errors[0]["msg"], exc.errors, code=code)
+        if turn:
+            return Response({"calls": found["calls"]})
+        return Response(found["answer"])
 
 
 class EventDetailApi(APIView):
@@ -341,21 +489,13 @@ class CallDetailApi(APIView):
     def get(self, request: Request, operation_id: str) -> Response:
         principal = _agent(request)
         call = (
-            ToolCall.objects.select_related("contract")
+            ToolCall.objects.select_related("agent", "contract")
             .filter(project=principal.project, operation_id=operation_id)
             .first()
         )
         if call is None:
             raise Http404
-        return Response(
-            {
-                **call_answer(call),
-                "tool": call.tool_name,
-                "contract_version": call.contract.version if call.contract else None,
-                "created_at": call.created_at,
-                "updated_at": call.updated_at,
-            }
-        )
+        return Response(call_detail(call))
 
 
 class ToolRegisterApi(APIView):
@@ -400,4 +540,105 @@ class ToolRegisterApi(APIView):
                 "lint": {"score": contract.lint_score, "findings": contract.lint_findings},
             },
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+class Backpressured(Exception):
+    """Raised inside a view when ``inbox_backpressure`` says to refuse for now."""
+
+    def __init__(self, pressure):
+        super().__init__(pressure.message)
+        self.pressure = pressure
+
+
+class OtlpTracesApi(APIView):
+    """``POST /api/otlp/v1/traces``: the OTLP/HTTP trace receiver (``callgate.otlp``).
+
+    Errors answer a ``google.rpc.Status`` in the request's encoding, as OTLP/HTTP requires,
+    not callgate's JSON error shape."""
+
+    parser_classes: list = []  # the body is read as bytes and decoded by callgate.otlp
+
+    @extend_schema(
+        operation_id="otlp_traces_export",
+        summary="Receive OpenTelemetry traces (OTLP/HTTP) and classify the tool calls in them",
+        description=(
+            "Point an OTLP/HTTP exporter here: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=<callgate>/api/otlp/v1/traces`, "
+            "`OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer <key>`. The body is an `ExportTraceServiceRequest`, "
+            "`application/x-protobuf` or `application/json` (OTLP/JSON), optionally `Content-Encoding: gzip`; "
+            f"at most {otlp.MAX_BODY_BYTES // (1024 * 1024)} MB as sent, "
+            f"{otlp.MAX_DECODED_BYTES // (1024 * 1024)} MB decompressed and {otlp.MAX_SPANS} spans. "
+            "GenAI (`chat` spans' tool calls, `execute_tool` spans) and OpenInference (`LLM`, `TOOL` spans) "
+            "spans become the same events as `POST /api/v1/events`; other spans are accepted and ignored. "
+            "The answer is an `ExportTraceServiceResponse` in the request's encoding; `partial_success` counts "
+            "the spans that could not be used and says why. Failures carry a `google.rpc.Status`: 400 "
+            "undecodable, 401 no valid key, 413 too large, 415 another media type, 429 with `Retry-After` when "
+            "the project's inbox is over its limit."
+        ),
+        request={
+            otlp.PROTOBUF: {"type": "string", "format": "binary"},
+            otlp.JSON: {"type": "object"},
+        },
+        responses={
+            200: OpenApiResponse(description="ExportTraceServiceResponse"),
+            400: OpenApiResponse(description="google.rpc.Status"),
+            401: OpenApiResponse(description="google.rpc.Status"),
+            413: OpenApiResponse(description="google.rpc.Status"),
+            415: OpenApiResponse(description="google.rpc.Status"),
+            429: OpenApiResponse(description="google.rpc.Status; see Retry-After"),
+        },
+    )
+    def post(self, request: Request) -> HttpResponse:
+        principal = _agent(request)
+        pressure = inbox_backpressure(principal.project)
+        if pressure is not None:
+            raise Backpressured(pressure)
+        length = request.META.get("CONTENT_LENGTH")
+        if length and length.isdigit() and int(length) > otlp.MAX_BODY_BYTES:
+            raise otlp.OtlpError(413, otlp.too_large_message(otlp.MAX_BODY_BYTES))
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            raise otlp.OtlpError(413, otlp.too_large_message(otlp.MAX_BODY_BYTES)) from None
+        if len(body) > otlp.MAX_BODY_BYTES:
+            raise otlp.OtlpError(413, otlp.too_large_message(otlp.MAX_BODY_BYTES))
+        message = otlp.decode_request(
+            body,
+            content_type=request.content_type or "",
+            content_encoding=request.headers.get("Content-Encoding", ""),
+        )
+        received = otlp.traces_receive(
+            project=principal.project, agent=principal.agent, request=message
+        )
+        json_encoding = self._json(request)
+        return HttpResponse(
+            otlp.encode_response(
+                json_encoding=json_encoding, rejected=received.rejected, message=received.message
+            ),
+            content_type=otlp.JSON if json_encoding else otlp.PROTOBUF,
+        )
+
+    @staticmethod
+    def _json(request) -> bool:
+        return otlp.media_type(request.META.get("CONTENT_TYPE", "")) == otlp.JSON
+
+    def handle_exception(self, exc: Exception) -> HttpResponse:
+        """Every failure as a ``google.rpc.Status`` in the request's encoding, keeping DRF's
+        status and headers (``WWW-Authenticate`` on 401) and ``Retry-After`` on 429."""
+        headers: dict[str, str] = {}
+        if isinstance(exc, otlp.OtlpError):
+            code, message = exc.status, exc.message
+        elif isinstance(exc, Backpressured):
+            code, message = exc.pressure.status, exc.pressure.message
+            headers["Retry-After"] = str(exc.pressure.retry_after)
+        else:
+            response = super().handle_exception(exc)  # re-raises what is not an API error
+            code, message = response.status_code, response.data.get("error", "")
+            headers.update({k: v for k, v in response.items() if k in ("WWW-Authenticate",)})
+        json_encoding = self._json(self.request)
+        return HttpResponse(
+            otlp.encode_status(json_encoding=json_encoding, http_status=code, message=message),
+            status=code,
+            content_type=otlp.JSON if json_encoding else otlp.PROTOBUF,
+            headers=headers,
         )

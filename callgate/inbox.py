@@ -13,9 +13,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -28,8 +30,10 @@ from callgate.ingest import (
     call_answer,
     events_apply,
     retry_after,
+    turn_event_ids,
 )
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall, ToolContract
+from callgate.providers import envelope_calls
 from callgate.schemas import EVENT_ADAPTER, MAX_CLOCK_SKEW
 from callgate.taxonomy import Route
 from callgate.wire import redact
@@ -86,6 +90,20 @@ def events_receive(
                 ],
             )
             continue
+        if event.type == "proposed" and (count := envelope_calls(event.format, event.call)) > 1:
+            outcomes[index] = Outcome(
+                status="rejected",
+                errors=[
+                    {
+                        "loc": "call",
+                        "msg": (
+                            f"holds {count} tool calls: send a whole model response as one 'turn' "
+                            'event ({"type": "turn", "format", "response"}), not as a proposed call'
+                        ),
+                    }
+                ],
+            )
+            continue
         event_id = str(event.event_id)
         if event_id in fresh:
             outcomes[index] = DUPLICATE
@@ -106,6 +124,43 @@ def events_receive(
         for event_id, index in fresh.items():
             outcomes[index] = ACCEPTED if event_id in stored else DUPLICATE
     return outcomes  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Backpressure:
+    """Why ingest refuses for now: the HTTP status to answer (429), the seconds to put in
+    ``Retry-After`` (RFC 9110 §10.2.3) and a message naming the limit."""
+
+    status: int
+    retry_after: int
+    message: str
+
+
+def inbox_backpressure(project: Project) -> Backpressure | None:
+    """``None`` while ``project`` may send more events; a ``Backpressure`` (429) once it has
+    ``settings.CALLGATE_INBOX_MAX_PENDING`` or more events received and not yet applied
+    (pending inbox rows), so that clients back off (OTLP/HTTP "Failures": 429 and 503 with
+    ``Retry-After`` are retryable) instead of growing the inbox without bound. One index
+    probe (``inboxevent_drain``), however long the inbox is; 0 turns the check off."""
+    limit = settings.CALLGATE_INBOX_MAX_PENDING
+    if not limit:
+        return None
+    over = (
+        InboxEvent.objects.filter(project=project, status=InboxEvent.Status.PENDING)
+        .order_by("id")
+        .values_list("id", flat=True)[limit - 1 : limit]
+        .exists()
+    )
+    if not over:
+        return None
+    return Backpressure(
+        status=429,
+        retry_after=settings.CALLGATE_INBOX_RETRY_AFTER,
+        message=(
+            f"This project has {limit} or more events waiting to be applied "
+            "(CALLGATE_INBOX_MAX_PENDING); retry after the Retry-After delay."
+        ),
+    )
 
 
 #: Tries of one batch's inbox insert when PostgreSQL picks it as a deadlock's victim.
@@ -369,41 +424,63 @@ def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[
     return outcomes  # type: ignore[return-value]
 
 
+def _answer_as_left(event: CallEvent) -> dict:
+    """The ``CallAnswer`` as ``event`` left its call: its reason, category, route, verdict,
+    observation and the state it moved the call to; attempts, receipt and decision are the
+    call's now."""
+    answer = call_answer(event.call)
+    if event.route:
+        answer.update(
+            state=event.state_after or answer["state"],
+            reason=event.reason or None,
+            category=event.category or None,
+            route=event.route,
+            observation=event.observation,
+            verdict="pending_approval"
+            if event.state_after == S.PENDING_APPROVAL
+            else VERDICT_FOR_ROUTE[Route(event.route)],
+            retry_after=retry_after(event.call.contract, event.call.attempts)
+            if event.route == Route.RETRY
+            else None,
+        )
+    return answer
+
+
 def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
     """Where one received event stands, or ``None`` when this project never received it:
     ``{"event_id", "status", "errors", "answer"}`` with status ``pending`` (in the inbox),
     ``rejected`` (refused by the rules when applied; ``errors`` say why) or ``applied``
     (``answer``: the ``CallAnswer`` as this event left the call: its reason, category, route,
     verdict, observation and the state it moved the call to; attempts, receipt and decision
-    are the call's now; ``GET /api/v1/calls/{operation_id}`` has where the call stands now)."""
+    are the call's now; ``GET /api/v1/calls/{operation_id}`` has where the call stands now).
+    For a ``turn`` event (kind ``turn``): ``calls``, one such answer per call of the turn, in
+    order, and ``answer`` is the first's."""
     event = (
         CallEvent.objects.select_related("call__contract")
         .filter(project=project, event_id=event_id)
         .first()
     )
     if event is not None:
-        answer = call_answer(event.call)
-        if event.route:
-            answer.update(
-                state=event.state_after or answer["state"],
-                reason=event.reason or None,
-                category=event.category or None,
-                route=event.route,
-                observation=event.observation,
-                verdict="pending_approval"
-                if event.state_after == S.PENDING_APPROVAL
-                else VERDICT_FOR_ROUTE[Route(event.route)],
-                retry_after=retry_after(event.call.contract, event.call.attempts)
-                if event.route == Route.RETRY
-                else None,
-            )
-        return {
+        found = {
             "event_id": str(event_id),
             "status": "applied",
             "kind": event.kind,
             "errors": [],
-            "answer": answer,
+            "answer": _answer_as_left(event),
         }
+        turn = event.body.get("turn") if isinstance(event.body, dict) else None
+        if turn and event.kind == "proposed":
+            ids = turn_event_ids(turn["event_id"], int(turn["calls"]))
+            parts = {
+                part.event_id: part
+                for part in CallEvent.objects.select_related("call__contract").filter(
+                    project=project, event_id__in=ids
+                )
+            }
+            found["kind"] = "turn"
+            found["calls"] = [_answer_as_left(parts[i]) for i in ids if i in parts]
+            found["answer"] = found["calls"][0] if found["calls"] else found["answer"]
+        return found
     row = (
         InboxEvent.objects.filter(project=project, event_id=event_id)
         .only("status", "errors", "body")
@@ -422,9 +499,9 @@ def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
 
 class EventRefused(Exception):
     """``event_settle`` could not apply the event. ``kind``: ``invalid`` (refused at the door,
-    the request's fault: HTTP 400), ``conflict`` (its ``event_id`` was used for another kind of
-    event, or the rules refused it: 409) or ``internal`` (callgate's bug: 500). ``errors`` are
-    ``[{"loc", "msg"}]``."""
+    the request's fault), ``reused`` (its ``event_id`` was used for another kind of event),
+    ``refused`` (the rules refused it when it was applied) or ``internal`` (callgate's bug).
+    ``errors`` are ``[{"loc", "msg"}]``."""
 
     def __init__(self, kind: str, errors: list[dict]):
         self.kind, self.errors = kind, errors
@@ -433,21 +510,18 @@ class EventRefused(Exception):
 
 def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
     """Receive one event and apply it at once (after the project's events received before it):
-    the path of ``POST /api/v1/events`` followed by a drain. Returns the ``CallAnswer`` dict
-    as this event left its call (``event_answer``); a re-sent event (same ``event_id``) finds
-    its first answer. Raises ``EventRefused``. The gate (``POST /api/v1/calls``) and the MCP
-    gateway's attempts use it."""
+    the path of ``POST /api/v1/events`` followed by a drain. Returns ``event_answer``'s dict
+    for it (status ``applied``: ``answer``, and ``calls`` for a turn); a re-sent event (same
+    ``event_id``) finds its first answer. Raises ``EventRefused``. The gate
+    (``POST /api/v1/calls``) and the MCP gateway's attempts use it."""
     [received] = events_receive(project=project, agent=agent, events=[event])
     if received.status == "rejected":
         raise EventRefused("invalid", received.errors)
     inbox_drain(project.pk)
     found = event_answer(project, event.event_id)
     if found is None or found["kind"] != event.type:
-        raise EventRefused(
-            "conflict",
-            [{"loc": "event_id", "msg": "already used for another kind of event; send a new one"}],
-        )
+        raise EventRefused("reused", [{"loc": "event_id", "msg": "already used"}])
     if found["status"] != "applied":
         failed = any(e["msg"] == APPLY_FAILED for e in found["errors"])
-        raise EventRefused("internal" if failed else "conflict", found["errors"])
-    return found["answer"]
+        raise EventRefused("internal" if failed else "refused", found["errors"])
+    return found

@@ -1,4 +1,4 @@
-"""The lifecycle of a ``ToolCall``: the one transition table.
+"""The lifecycle of a ``ToolCall``: its states and the one transition table. Pure: no Django.
 
 Each event kind is allowed in some states only; ``next_state`` raises ``IllegalTransition``
 for any other pair. Where an event may legitimately arrive late or out of order (a
@@ -10,10 +10,23 @@ of the classification (``STATE_FOR_ROUTE``) with the exceptions spelled out belo
 from __future__ import annotations
 
 from callgate.classification import Verdict
-from callgate.models import ToolCall
-from callgate.taxonomy import Reason, Route
+from callgate.taxonomy import Choices, Reason, Route
 
-S = ToolCall.State
+
+class State(Choices):
+    """Where a ``ToolCall`` stands (``ToolCall.state``)."""
+
+    PENDING_APPROVAL = "pending_approval", "Waiting for approval"
+    ALLOWED = "allowed", "Allowed"
+    RETRY_WAIT = "retry_wait", "Waiting to retry"
+    RECONCILING = "reconciling", "Reconciling"
+    IN_REVIEW = "in_review", "In review"
+    SUCCEEDED = "succeeded", "Succeeded"
+    REJECTED = "rejected", "Rejected at the gate"
+    FAILED = "failed", "Failed"
+
+
+S = State
 
 
 class IllegalTransition(Exception):
@@ -34,7 +47,9 @@ ALLOWED_EVENTS: dict[str | None, frozenset[str]] = {
     S.PENDING_APPROVAL: frozenset({"proposed", "decision", "approval_expired"}),
     # settled states: a re-proposal is a duplicate; late receipts and look-ups are recorded
     S.SUCCEEDED: frozenset({"proposed", "receipt", "reconciled", "attempt"}),
-    S.REJECTED: frozenset({"proposed"}),
+    # refused at the gate, but the runtime may have run it anyway (an unknown tool whose server
+    # then answers -32601): the attempt is recorded and classified (TAXONOMY v2 contract_drift)
+    S.REJECTED: frozenset({"proposed", "attempt"}),
     S.FAILED: frozenset({"proposed", "receipt", "reconciled"}),
 }
 
@@ -76,7 +91,7 @@ def next_state(state: str | None, kind: str, result: Verdict, *, executed: bool)
 
     ``executed``: whether any attempt of the call has been reported (a re-ask before any
     execution leaves the call ``rejected`` at the gate; after one it has ``failed``)."""
-    if result.reason is None:  # allowed at the gate, or approved by an operator
+    if result.reason in (None, Reason.APPROVAL_GRANTED):  # allowed at the gate, or approved
         return S.ALLOWED
     if (
         result.reason in (Reason.DUPLICATE_SUPPRESSED, Reason.IDEMPOTENCY_MISMATCH)

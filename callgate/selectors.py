@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
@@ -20,6 +22,12 @@ from callgate.models import (
     ToolContract,
 )
 from callgate.taxonomy import Category
+from reviews.models import ReviewItem
+
+
+def open_review_count(*, project: Project) -> int:
+    """Open review items in ``project`` (shown beside "Review" in the navigation)."""
+    return ReviewItem.objects.filter(project=project, status__in=ReviewItem.OPEN_STATUSES).count()
 
 
 def project_overview(*, project: Project) -> dict:
@@ -33,10 +41,8 @@ def project_overview(*, project: Project) -> dict:
     by_category = {
         row["category"]: row["n"] for row in calls.values("category").annotate(n=Count("id"))
     }
-    from reviews.selectors import open_item_count
-
     return {
-        "open_reviews": open_item_count(project=project),
+        "open_reviews": open_review_count(project=project),
         "since": since,
         "total": totals["total"],
         "failed": totals["failed"],
@@ -63,42 +69,56 @@ TIME_PRESETS = {
 class CallFilters:
     """What the calls list is narrowed to; every field empty means "all calls".
 
-    ``agent`` is an agent's primary key; ``since``/``until`` are aware datetimes (``until``
-    exclusive); ``q`` is an operation ID prefix."""
+    ``agent`` is an agent's primary key (the page's select), ``agent_name`` its name (the
+    API); ``since``/``until`` are aware datetimes (``until`` exclusive); ``q`` is an operation
+    ID prefix; ``trace_id``, ``request_id`` and ``conversation_id`` match exactly."""
 
     reason: str = ""
     category: str = ""
     route: str = ""
     tool: str = ""
     agent: int | None = None
+    agent_name: str = ""
     state: str = ""
     since: datetime | None = None
     until: datetime | None = None
     q: str = ""
+    trace_id: str = ""
+    request_id: str = ""
+    conversation_id: str = ""
 
     def active(self) -> bool:
         return any(getattr(self, f.name) not in ("", None) for f in fields(self))
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 @dataclass(frozen=True)
 class Cursor:
     """A position in the calls list: the (created_at, id) of a row. Keyset pagination does
-    not count or skip rows, so page 400 costs the same as page 1."""
+    not count or skip rows, so page 400 costs the same as page 1. Encoded as opaque
+    URL-safe text; the time travels as whole microseconds (no float rounding, which would
+    skip or repeat rows created within a microsecond of a page boundary)."""
 
     created_at: datetime
     id: int
 
     def encode(self) -> str:
-        return f"{int(self.created_at.timestamp() * 1_000_000)}.{self.id}"
+        micros = (self.created_at - _EPOCH) // timedelta(microseconds=1)
+        return base64.urlsafe_b64encode(f"{micros}.{self.id}".encode()).decode().rstrip("=")
 
     @classmethod
     def decode(cls, raw: str) -> Cursor | None:
         """The cursor ``raw`` names, or None when it is not one of ours."""
         try:
-            micros, pk = raw.split(".", 1)
-            created_at = datetime.fromtimestamp(int(micros) / 1_000_000, tz=UTC)
+            text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode("ascii")
+            micros, pk = text.split(".", 1)
+            created_at = _EPOCH + timedelta(microseconds=int(micros))
+            if not micros.isdigit() or not pk.isdigit() or int(pk) >= 2**63:
+                return None
             return cls(created_at=created_at, id=int(pk))
-        except (ValueError, OverflowError, OSError):
+        except (ValueError, OverflowError, UnicodeDecodeError, binascii.Error):
             return None
 
 
@@ -124,10 +144,14 @@ def calls_filtered(
         "route": "route",
         "tool": "tool_name",
         "agent": "agent_id",
+        "agent_name": "agent__name",
         "state": "state",
         "since": "created_at__gte",
         "until": "created_at__lt",
         "q": "operation_id__startswith",
+        "trace_id": "trace_id",
+        "request_id": "request_id",
+        "conversation_id": "conversation_id",
     }
     for name, lookup in lookups.items():
         value = getattr(filters, name)
@@ -143,13 +167,15 @@ def calls_page(
     before: Cursor | None = None,
     after: Cursor | None = None,
     size: int = CALLS_PAGE_SIZE,
+    detail: bool = False,
 ) -> CallPage:
     """A page of matching calls, newest first: the ``size`` rows older than ``before``, or
-    newer than ``after``, or the newest. One query (plus none per row: agent is joined)."""
-    qs = (
-        calls_filtered(project=project, filters=filters)
-        .select_related("agent", "contract")
-        .only(
+    newer than ``after``, or the newest. One query (plus none per row: agent and contract are
+    joined). The page's rows load the list's columns; ``detail`` loads whole rows (the API's
+    items have every field of ``GET /api/v1/calls/{operation_id}``)."""
+    qs = calls_filtered(project=project, filters=filters).select_related("agent", "contract")
+    if not detail:
+        qs = qs.only(
             "id",
             "operation_id",
             "tool_name",
@@ -165,7 +191,6 @@ def calls_page(
             "contract__id",
             "contract__max_attempts",
         )
-    )
     if after is not None:
         qs = qs.filter(
             Q(created_at__gt=after.created_at) | Q(created_at=after.created_at, id__gt=after.id)
@@ -237,8 +262,6 @@ def call_timeline(*, call: ToolCall) -> list[CallEvent]:
 
 def call_open_review_item(*, call: ToolCall):
     """The call's open or claimed review item, or None."""
-    from reviews.models import ReviewItem
-
     return (
         ReviewItem.objects.filter(
             call=call, status__in=[ReviewItem.Status.OPEN, ReviewItem.Status.CLAIMED]

@@ -5,6 +5,7 @@ Services take keyword-only arguments, validate, and keep their transactions shor
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from django.contrib.auth import get_user_model
@@ -12,8 +13,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from callgate import escalation
 from callgate.classification import schema_problems
-from callgate.inbox import event_settle
+from callgate.inbox import EventRefused, event_settle
 from callgate.ingest import events_apply
 from callgate.lifecycle import IllegalTransition
 from callgate.lint import lint_contract
@@ -35,9 +37,10 @@ from callgate.schemas import (
     GateRequest,
     ProposedEvent,
     ReconciledEvent,
+    TurnEvent,
 )
 from callgate.taxonomy import Reason, Route, category_of
-from callgate.wire import arguments_digest, derive_operation_id, redact
+from callgate.wire import arguments_digest, canonical_arguments, derive_operation_id, redact
 
 
 def project_create(*, slug: str, name: str) -> tuple[Project, bool]:
@@ -94,6 +97,15 @@ class ContractRejected(ValueError):
         super().__init__(f"{loc}: {msg}")
 
 
+#: The contract fields TAXONOMY v2 added, with their defaults.
+V2_DEFAULTS = {
+    "volatile_arguments": [],
+    "max_identical": 3,
+    "not_found_may_hide_forbidden": False,
+    "result_error_markers": True,
+}
+
+
 def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[ToolContract, bool]:
     """Register ``name`` for ``agent``: the same contract again is a no-op, a changed one
     becomes the next version; used versions are never modified. Returns (version, created).
@@ -107,7 +119,12 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
         )
     if problem := schema_problems(payload.parameters):
         raise ContractRejected("parameters", problem)
+    # v2 fields left at their defaults stay out of the digest: a v1 contract sent again is
+    # the same version
     body = payload.model_dump(mode="json", exclude={"name", "version"})
+    for key, default in V2_DEFAULTS.items():
+        if body.get(key) == default:
+            body.pop(key)
     digest = arguments_digest(body)
     if payload.reconcile_url:
         method = ToolContract.ReconcileMethod.HTTP
@@ -162,6 +179,10 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
                     requires_approval=payload.requires_approval,
                     approval_timeout_seconds=payload.approval_timeout_seconds,
                     sensitive_fields=payload.sensitive_fields,
+                    volatile_arguments=payload.volatile_arguments,
+                    max_identical=payload.max_identical,
+                    not_found_may_hide_forbidden=payload.not_found_may_hide_forbidden,
+                    result_error_markers=payload.result_error_markers,
                     digest=digest,
                     lint_score=report.score,
                     lint_findings=[f.as_dict() for f in report.findings],
@@ -275,9 +296,7 @@ def call_reconcile_failed(*, call: ToolCall, detail: dict) -> ToolCall:
                 now,
             )
             locked.save(update_fields=["state", "route", "updated_at"])
-            from reviews.services import review_item_open
-
-            review_item_open(call=locked)
+            escalation.review_item_open(call=locked)
     return locked
 
 
@@ -319,9 +338,7 @@ def call_deadline_passed(*, call: ToolCall) -> ToolCall:
         locked.save(
             update_fields=["state", "reason", "category", "route", "observation", "updated_at"]
         )
-        from reviews.services import review_item_open
-
-        review_item_open(call=locked)
+        escalation.review_item_open(call=locked)
     return locked
 
 
@@ -339,13 +356,16 @@ def receipt_import(
 ) -> ToolCall:
     """Store a success that happened before callgate saw it (a case file's ``history``):
     a succeeded call with its receipt, under the given or derived operation ID."""
-    if not operation_id:
-        if not request_id:
-            raise ValueError("a receipt needs operation_id or request_id")
-        operation_id = derive_operation_id(request_id=request_id, tool=tool, arguments=arguments)
     contract = (
         ToolContract.objects.filter(project=agent.project, name=tool).order_by("-version").first()
     )
+    volatile = contract.volatile_arguments if contract else ()
+    if not operation_id:
+        if not request_id:
+            raise ValueError("a receipt needs operation_id or request_id")
+        operation_id = derive_operation_id(
+            request_id=request_id, tool=tool, arguments=arguments, volatile_arguments=volatile
+        )
     now = timezone.now()
     return ToolCall.objects.create(
         project=agent.project,
@@ -355,7 +375,7 @@ def receipt_import(
         tool_name=tool,
         contract=contract,
         arguments=redact(arguments, contract.sensitive_fields if contract else ()),
-        arguments_digest=arguments_digest(arguments),
+        arguments_digest=hashlib.sha256(canonical_arguments(arguments, volatile)).hexdigest(),
         state=ToolCall.State.SUCCEEDED,
         reason=Reason.OK,
         category=category_of(Reason.OK),
@@ -387,25 +407,43 @@ def gate_envelope(gate) -> dict:
 
 
 def gate_check(*, project: Project, agent: Agent, gate: GateRequest) -> dict:
-    """The gate (``POST /api/v1/calls``): record ``gate`` as a ``proposed`` event, apply it at
-    once and return the ``CallAnswer`` dict (operation ID, verdict, route, observation, receipt).
-    Raises ``callgate.inbox.EventRefused`` (see there for its kinds)."""
-    event = ProposedEvent(
-        type="proposed",
-        format=gate.format,
-        call=gate.call,
-        operation_id=gate.operation_id,
-        request_id=gate.request_id,
-        conversation_id=gate.conversation_id,
-        trace_id=gate.trace_id,
-        actor=gate.actor,
+    """The gate (``POST /api/v1/calls``): record ``gate`` as a ``proposed`` event (or a
+    ``turn`` event when it carries ``turn``), apply it at once and return ``event_answer``'s
+    dict: ``answer``, the ``CallAnswer`` (operation ID, verdict, route, observation, receipt),
+    and for a turn ``calls``, one answer per call. Raises ``callgate.inbox.EventRefused``
+    (see there for its kinds; ``invalid`` for an ``operation_id`` given with a turn)."""
+    ids = {
+        "request_id": gate.request_id,
+        "conversation_id": gate.conversation_id,
+        "trace_id": gate.trace_id,
+        "actor": gate.actor,
         **gate_envelope(gate),
-    )
+    }
+    if "turn" in gate.model_fields_set:
+        if gate.operation_id:
+            raise EventRefused(
+                "invalid",
+                [
+                    {
+                        "loc": "operation_id",
+                        "msg": "the calls of a turn get their own operation IDs; leave it out",
+                    }
+                ],
+            )
+        event = TurnEvent(type="turn", format=gate.format, response=gate.turn, **ids)
+    else:
+        event = ProposedEvent(
+            type="proposed",
+            format=gate.format,
+            call=gate.call,
+            operation_id=gate.operation_id,
+            **ids,
+        )
     return event_settle(project=project, agent=agent, event=event)
 
 
 def attempt_report(*, project: Project, agent: Agent, attempt: AttemptEvent) -> dict:
     """Report one execution of an allowed call, as ``POST /api/v1/events`` does, and apply it at
     once; returns the ``CallAnswer`` dict that classifies it (what to do next). Raises
-    ``callgate.inbox.EventRefused`` (e.g. ``conflict`` for an attempt the call's state refuses)."""
-    return event_settle(project=project, agent=agent, event=attempt)
+    ``callgate.inbox.EventRefused`` (e.g. ``refused`` for an attempt the call's state refuses)."""
+    return event_settle(project=project, agent=agent, event=attempt)["answer"]

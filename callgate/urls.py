@@ -1,6 +1,7 @@
 """Where every request goes.
 
 - ``/api/v1/…``            agents (API keys): ``callgate.api``
+- ``/api/otlp/v1/traces``  OpenTelemetry traces (OTLP/HTTP, API keys): ``callgate.otlp``
 - ``/api/schema/``, ``/api/docs/``  the OpenAPI document and its browsable page
 - ``/p/<project>/…``       browser pages of one project: ``callgate.views``, ``reviews.views``,
   ``mcp_gateway.views``
@@ -14,7 +15,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from callgate import views
+from callgate import api, views
 from callgate.reports import views as report_views
 
 project_patterns = [
@@ -37,6 +38,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("callgate.api_urls")),
+    path("api/otlp/v1/traces", api.OtlpTracesApi.as_view(), name="api-otlp-traces"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("p/<slug:project>/", include((project_patterns, "callgate"))),

@@ -6,14 +6,13 @@ calls list serves both the full page and its rows fragment (htmx polling) from o
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -23,9 +22,23 @@ from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, ToolCall
 from callgate.selectors import TIME_PRESETS, CallFilters, Cursor
 from callgate.taxonomy import Category, Reason, Route
+from callgate.timeparse import parse_time
 
 #: query parameters of the calls list that narrow it (the reports link with these)
-FILTER_PARAMS = ("reason", "category", "route", "tool", "agent", "state", "since", "until", "q")
+FILTER_PARAMS = (
+    "reason",
+    "category",
+    "route",
+    "tool",
+    "agent",
+    "state",
+    "since",
+    "until",
+    "q",
+    "trace_id",
+    "request_id",
+    "conversation_id",
+)
 
 
 @require_GET
@@ -53,23 +66,12 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 
 def _parse_time(raw: str, *, end: bool = False) -> datetime | None:
-    """An ISO date-time (aware, or naive in the current time zone) or a date (its start,
-    or with ``end`` the start of the next day). None when ``raw`` is neither. A ``+`` of
-    an offset that arrived unescaped (decoded to a space) is put back."""
-    if "T" in raw:
-        raw = raw.replace(" ", "+")
+    """``timeparse.parse_time`` with naive times in the current time zone; None when ``raw``
+    is no date or date-time."""
     try:
-        value = parse_datetime(raw)
-        day = None if value is not None else parse_date(raw)
+        return parse_time(raw, end=end, naive=timezone.get_current_timezone())
     except ValueError:
         return None
-    if value is None:
-        if day is None:
-            return None
-        value = datetime.combine(day, time.min) + (timedelta(days=1) if end else timedelta())
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value)
-    return value
 
 
 def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
@@ -90,6 +92,8 @@ def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
     choice("state", ToolCall.State.values)
     values["tool"] = params.get("tool", "").strip()[:128]
     values["q"] = params.get("q", "").strip()[:200]
+    for name in ("trace_id", "request_id", "conversation_id"):
+        values[name] = params.get(name, "").strip()[:200]
     raw_agent = params.get("agent", "").strip()
     if raw_agent:
         if raw_agent.isdigit() and len(raw_agent) < 19:  # fits a bigint
@@ -134,7 +138,13 @@ def _chips(params: QueryDict, *, filters: CallFilters, agents: dict[int, str]) -
             value = Category(filters.category).label
         elif name == "state" and filters.state:
             value = ToolCall.State(filters.state).label
-        label = {"q": "operation ID", "tool": "tool"}.get(name, name)
+        label = {
+            "q": "operation ID",
+            "tool": "tool",
+            "trace_id": "trace",
+            "request_id": "request",
+            "conversation_id": "conversation",
+        }.get(name, name)
         chips.append(
             {
                 "name": name,
@@ -215,12 +225,15 @@ def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
     call = selectors.call_for_detail(project=request.project, operation_id=operation_id)
     if call is None:
         raise Http404("No such call in this project.")
+    events = selectors.call_timeline(call=call)
     return render(
         request,
         "callgate/call_detail.html",
         {
             "call": call,
-            "events": selectors.call_timeline(call=call),
+            "events": events,
+            # the latest execution whose failure was read: what the reader found, shown apart
+            "cause_event": next((e for e in reversed(events) if e.cause), None),
             "review_item": selectors.call_open_review_item(call=call),
             "nav_active": "calls",
         },
@@ -280,6 +293,10 @@ _DIFF_FIELDS = [
     ("requires_approval", "requires approval"),
     ("sensitive_fields", "sensitive fields"),
     ("deadline_seconds", "deadline"),
+    ("volatile_arguments", "volatile arguments"),
+    ("max_identical", "max identical proposals"),
+    ("not_found_may_hide_forbidden", "not-found may hide forbidden"),
+    ("result_error_markers", "result error markers"),
 ]
 
 

@@ -19,19 +19,22 @@ import secrets
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from unittest import mock
 
 import httpx
 
 from callgate.sdk import CallgateClient, RetryPolicy, RunResult, SelfCorrector, ToolFailure
-from demo.simulator import DEMO_TENANTS, SimulatorService, default_service, simulator_transport
+from demo.simulator import (
+    DEMO_TENANTS,
+    SIMULATOR_PATH,
+    SimulatorService,
+    default_service,
+    simulator_transport,
+)
 
 #: where the callgate server mounts the simulator (``/simulator/`` in ``callgate.urls``)
-SIMULATOR_PATH = "/simulator"
 TENANT = "acme"
 TOKEN = DEMO_TENANTS[TENANT]
 PROJECT_SLUG = "demo"
@@ -51,35 +54,6 @@ def callgate_transport() -> httpx.WSGITransport:
 def simulator_client(service: SimulatorService) -> httpx.Client:
     """An httpx client onto ``service`` in this process (base URL ``http://sim``)."""
     return httpx.Client(transport=simulator_transport(service), base_url="http://sim")
-
-
-@contextmanager
-def reconcile_through(service: SimulatorService, *, token: str = TOKEN) -> Iterator[None]:
-    """Make callgate's reconciliation look-ups (``callgate.reconcile.make_client``) reach
-    ``service`` in-process, with the tenant's bearer token, whatever the URL's host."""
-
-    class Unmounted(httpx.BaseTransport):
-        """Strips the server's ``/simulator`` mount from the path, then the simulator answers."""
-
-        def __init__(self) -> None:
-            self.inner = simulator_transport(service)
-
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            raw = request.url.raw_path
-            prefix = SIMULATOR_PATH.encode()
-            if raw.startswith(prefix + b"/"):
-                request.url = request.url.copy_with(raw_path=raw[len(prefix) :])
-            return self.inner.handle_request(request)
-
-    def make_client() -> httpx.Client:
-        return httpx.Client(
-            transport=Unmounted(),
-            follow_redirects=False,
-            headers={"Authorization": f"Bearer {token}"},
-        )
-
-    with mock.patch("callgate.reconcile.make_client", make_client):
-        yield
 
 
 def lookup_url(base_url: str, tenant: str = TENANT) -> str:
@@ -158,6 +132,31 @@ def ticket_tool(http: httpx.Client, *, token: str = TOKEN) -> Callable[[dict, st
         except httpx.HTTPError as exc:
             raise _simulator_failure(exc) from exc
         return _answer(response)
+
+    return execute
+
+
+def tag_tool(http: httpx.Client, *, token: str = TOKEN) -> Callable[[dict, str], Any]:
+    """The ``tag_tickets`` batch write: tags each ticket that is open and answers per ticket,
+    like batch endpoints do (``{"succeeded": [...], "failed": [{"id", "error"}]}``); a closed,
+    deleted or foreign ticket fails on its own while the others are tagged."""
+
+    def execute(arguments: dict, operation_id: str) -> Any:
+        succeeded, failed = [], []
+        for ticket_id in arguments["ticket_ids"]:
+            try:
+                response = http.get(
+                    f"/tickets/{ticket_id}", headers={"Authorization": f"Bearer {token}"}
+                )
+            except httpx.HTTPError as exc:
+                raise _simulator_failure(exc) from exc
+            ticket = response.json() if response.status_code == 200 else {}
+            if ticket.get("status") == "open":
+                succeeded.append(ticket_id)
+            else:
+                error = ticket.get("status") and f"ticket is {ticket['status']}"
+                failed.append({"id": ticket_id, "error": error or response.json().get("error")})
+        return {"tag": arguments["tag"], "succeeded": succeeded, "failed": failed}
 
     return execute
 
@@ -330,6 +329,51 @@ def contracts(simulator_base_url: str) -> dict[str, dict]:
                     },
                 },
                 "required": ["customer_id", "amount_cents", "iban"],
+            },
+        ),
+        "tag_tickets": dict(
+            description="Add a tag to several support tickets in one call; the help desk "
+            "answers per ticket (succeeded and failed ones).",
+            effect="write",
+            idempotent=True,
+            max_attempts=2,
+            max_reasks=2,
+            parameters={
+                "type": "object",
+                "properties": {
+                    "ticket_ids": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": "^T-[0-9]+$"},
+                        "minItems": 1,
+                        "maxItems": 50,
+                        "description": "Ticket ids, e.g. ['T-1', 'T-2']",
+                    },
+                    "tag": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 40,
+                        "description": "The tag to add, e.g. 'billing'",
+                    },
+                },
+                "required": ["ticket_ids", "tag"],
+            },
+        ),
+        "read_kb_article": dict(
+            description="Read an article of the knowledge base (a workspace the integration "
+            "sees only the pages shared with it).",
+            effect="read",
+            max_attempts=3,
+            max_reasks=2,
+            parameters={
+                "type": "object",
+                "properties": {
+                    "article_id": {
+                        "type": "string",
+                        "pattern": "^KB-[0-9]+$",
+                        "description": "Article id, e.g. KB-12",
+                    }
+                },
+                "required": ["article_id"],
             },
         ),
         # badly described on purpose: the contract linter scores it low
@@ -874,6 +918,49 @@ class Fleet:
             "shop-bot", "get_weather", {"city": "Narnia"}, geocode, model=model, fmt="openai"
         )
 
+    def ep_partial_failure(self):
+        # a batch write: T-5 is closed, the other tickets are tagged
+        ids = self.rng.sample(["T-1", "T-2"], k=2) + ["T-5"]
+        return self.run(
+            "support-bot",
+            "tag_tickets",
+            {"ticket_ids": ids, "tag": self.rng.choice(["billing", "vip", "bug"])},
+            tag_tool(self.http),
+        )
+
+    def ep_contract_drift(self):
+        # the catalogue's MCP server was upgraded and renamed num_results; the contract lags
+        drift = ToolFailure(
+            "McpError: MCP error -32602: Invalid arguments for tool search_products: "
+            "unknown property 'num_results'",
+            sent=True,
+        )
+        return self.run(
+            "shop-bot",
+            "search_products",
+            {"query": self.rng.choice(QUERIES), "num_results": self.rng.randint(1, 5)},
+            self.failing(drift),
+            fmt="mcp",
+            wait_limit=2,
+        )
+
+    def ep_not_found_or_forbidden(self):
+        # the knowledge base hides pages not shared with the integration behind a 404
+        article = f"KB-{self.rng.randint(10, 99)}"
+        hidden = ToolFailure(
+            f"object_not_found: Could not find page with ID: {article}. Make sure the "
+            "relevant pages and databases are shared with your integration.",
+            sent=True,
+            http_status=404,
+        )
+        return self.run(
+            "support-bot",
+            "read_kb_article",
+            {"article_id": article},
+            self.failing(hidden),
+            wait_limit=2,
+        )
+
     def ep_conflict(self):
         return self.run(
             "support-bot",
@@ -1000,6 +1087,9 @@ class Fleet:
         "outcome_unknown",
         "not_reconcilable",
         "tool_error",
+        "partial_failure",
+        "contract_drift",
+        "not_found_or_forbidden",
         "conflict",
         "duplicate_suppressed",
         "idempotency_mismatch",
@@ -1030,6 +1120,9 @@ class Fleet:
         "unavailable": 3,
         "read_failure": 3,
         "tool_error": 2,
+        "partial_failure": 2,
+        "contract_drift": 1,
+        "not_found_or_forbidden": 1,
         "duplicate_suppressed": 3,
         "reconciled_applied": 2,
         "reconciled_absent": 2,
@@ -1216,12 +1309,11 @@ def demo_run(
     )
     clients = fleet.clients
     plan = fleet.plan(max(calls, len(Fleet.COVERAGE)))
-    with reconcile_through(sim):
-        for done, name in enumerate(plan, start=1):
-            fleet.covering = done <= len(Fleet.COVERAGE)
-            fleet.episode(name)
-            if progress is not None:
-                progress(done, len(plan), name)
+    for done, name in enumerate(plan, start=1):
+        fleet.covering = done <= len(Fleet.COVERAGE)
+        fleet.episode(name)
+        if progress is not None:
+            progress(done, len(plan), name)
     for client in clients.values():
         client.close()
     if spread_days:
@@ -1258,14 +1350,13 @@ def demo_trickle(
     )
     clients = fleet.clients
     pool, weights = zip(*Fleet.MIX.items(), strict=True)
-    with reconcile_through(sim):
-        while not stop.wait(interval):
-            name = rng.choices(pool, weights=weights)[0]
-            try:
-                fleet.episode(name)
-            except Exception as exc:  # keep trickling; print what went wrong
-                print(f"demo trickle: {name} failed: {exc}", file=sys.stderr)
-            if on_call is not None:
-                on_call(name)
+    while not stop.wait(interval):
+        name = rng.choices(pool, weights=weights)[0]
+        try:
+            fleet.episode(name)
+        except Exception as exc:  # keep trickling; print what went wrong
+            print(f"demo trickle: {name} failed: {exc}", file=sys.stderr)
+        if on_call is not None:
+            on_call(name)
     for client in clients.values():
         client.close()

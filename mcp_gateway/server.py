@@ -227,7 +227,8 @@ class Gateway:
         self, caller: ApiKey, gate: GateRequest, name: str, arguments: dict, ctx
     ) -> types.CallToolResult:
         """The gate's verdict followed to the end (see the module docstring)."""
-        answer = await db(core.gate_check)(project=caller.project, agent=caller.agent, gate=gate)
+        found = await db(core.gate_check)(project=caller.project, agent=caller.agent, gate=gate)
+        answer = found["answer"]
         unsent = False  # the last attempt never reached the upstream
         asked = True  # the answer is the gate's (the client asked), not an attempt's
         for _ in range(MAX_STEPS):
@@ -246,9 +247,10 @@ class Gateway:
             if op in self._inflight:  # the same operation is out upstream: wait, then ask again
                 await self._inflight[op].wait()
                 # (a new event: the gate request has no event_id, so each check gets its own)
-                answer = await db(core.gate_check)(
+                found = await db(core.gate_check)(
                     project=caller.project, agent=caller.agent, gate=gate
                 )
+                answer = found["answer"]
                 continue
             done = self._inflight[op] = anyio.Event()
             try:
