@@ -1,5 +1,7 @@
-"""callgate: observe, classify and review the tool calls of LLM agents."""
+"""callgate: observe, classify and review the tool calls of LLM agents.
 
-from callgate.celery import app as celery_app
-
-__all__ = ["celery_app"]
+Importing the package imports nothing else, so that the pure modules (``wire``,
+``providers``, ``taxonomy``, ``classification``, ``lifecycle``, ``lint``) load without
+Django. The Celery application (``callgate.celery``) is loaded by ``CallgateConfig.ready``
+when Django starts, and found by ``celery -A callgate`` as the ``callgate.celery`` module.
+"""

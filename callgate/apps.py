@@ -5,3 +5,8 @@ class CallgateConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "callgate"
     verbose_name = "callgate"
+
+    def ready(self) -> None:
+        # Configure the Celery app before any task is sent, so ``shared_task``s use it (and its
+        # broker) rather than Celery's default app.
+        from callgate import celery  # noqa: F401

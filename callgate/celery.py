@@ -8,6 +8,8 @@ import threading
 import time
 
 from celery import Celery
+from django.conf import settings
+from django.db import close_old_connections, transaction
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "callgate.settings")
 
@@ -16,12 +18,21 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+def enqueue_on_commit(task: str, *args: object, **kwargs: object) -> None:
+    """Send the task registered as ``task`` (``"callgate.tasks.reconcile_call"``) with
+    ``args`` and ``kwargs`` once the current transaction commits, or at once outside one.
+
+    By name, through ``app.signature(...).delay()`` (which still honours
+    ``task_always_eager`` in the embedded default), so that the modules whose writes start
+    background work (ingest, services, escalation) need not import the task modules that
+    call them: the dependency runs one way, from tasks to the core."""
+    transaction.on_commit(lambda: app.signature(task, args=args, kwargs=kwargs).delay())
+
+
 def run_periodic_in_process(stop: threading.Event, *, tick: float = 5.0) -> None:
     """The embedded default has no broker, so no beat: run the tasks of
     ``CELERY_BEAT_SCHEDULE`` in this thread on their intervals (seconds) until ``stop`` is
     set. Used by ``manage.py demo --serve``; production runs ``celery -A callgate beat``."""
-    from django.conf import settings
-    from django.db import close_old_connections
 
     app.loader.import_default_modules()
     next_run = {name: 0.0 for name in settings.CELERY_BEAT_SCHEDULE}

@@ -6,6 +6,7 @@ from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
 from callgate.access import user_projects
+from callgate.selectors import open_review_count
 
 #: (key, label, url name) of the main navigation; a page's view sets ``nav_active`` to its key.
 NAV = [
@@ -25,8 +26,6 @@ def navigation(request: HttpRequest) -> dict:
     project = getattr(request, "project", None)
     links = []
     if project is not None:
-        from reviews.selectors import open_item_count
-
         for key, label, name in NAV:
             try:
                 url = reverse(name, args=[project.slug])
@@ -38,7 +37,7 @@ def navigation(request: HttpRequest) -> dict:
                     "key": key,
                     "label": label,
                     "url": url,
-                    "count": partial(open_item_count, project=project) if key == "review" else 0,
+                    "count": partial(open_review_count, project=project) if key == "review" else 0,
                 }
             )
     return {

@@ -31,7 +31,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from callgate import classification as cls
-from callgate import lifecycle
+from callgate import escalation, lifecycle
+from callgate.celery import enqueue_on_commit
 from callgate.models import (
     Agent,
     AgentTool,
@@ -869,20 +870,18 @@ class _Batch:
                 unique_fields=["project", "request_id", "tool_name"],
                 update_fields=["reasks_used", "proposals", "refusals"],
             )
-        from reviews import services as review_services
-
         if self.to_settle:
-            review_services.review_items_settle_bulk(
+            escalation.review_items_settle_bulk(
                 calls=[self.calls[op] for op in self.to_settle],
                 note_by_call={self.calls[op].pk: n for op, n in self.to_settle.items()},
             )
         if self.to_review:
-            review_services.review_items_open_bulk(
+            escalation.review_items_open_bulk(
                 calls=[(self.calls[op], kind) for op, kind in self.to_review.items()]
             )
         if self.to_reconcile:
-            ids = [self.calls[op].pk for op in self.to_reconcile]
-            transaction.on_commit(lambda: _enqueue_reconcile(ids))
+            for op in self.to_reconcile:
+                enqueue_on_commit("callgate.tasks.reconcile_call", self.calls[op].pk)
 
 
 CALL_FIELDS = [
@@ -906,13 +905,6 @@ CALL_FIELDS = [
     "decided_at",
     "updated_at",
 ]
-
-
-def _enqueue_reconcile(call_ids: list[int]) -> None:
-    from callgate.tasks import reconcile_call
-
-    for pk in call_ids:
-        reconcile_call.delay(pk)
 
 
 def events_apply(

@@ -1,4 +1,4 @@
-"""The lifecycle of a ``ToolCall``: the one transition table.
+"""The lifecycle of a ``ToolCall``: its states and the one transition table. Pure: no Django.
 
 Each event kind is allowed in some states only; ``next_state`` raises ``IllegalTransition``
 for any other pair. Where an event may legitimately arrive late or out of order (a
@@ -10,10 +10,23 @@ of the classification (``STATE_FOR_ROUTE``) with the exceptions spelled out belo
 from __future__ import annotations
 
 from callgate.classification import Verdict
-from callgate.models import ToolCall
-from callgate.taxonomy import Reason, Route
+from callgate.taxonomy import Choices, Reason, Route
 
-S = ToolCall.State
+
+class State(Choices):
+    """Where a ``ToolCall`` stands (``ToolCall.state``)."""
+
+    PENDING_APPROVAL = "pending_approval", "Waiting for approval"
+    ALLOWED = "allowed", "Allowed"
+    RETRY_WAIT = "retry_wait", "Waiting to retry"
+    RECONCILING = "reconciling", "Reconciling"
+    IN_REVIEW = "in_review", "In review"
+    SUCCEEDED = "succeeded", "Succeeded"
+    REJECTED = "rejected", "Rejected at the gate"
+    FAILED = "failed", "Failed"
+
+
+S = State
 
 
 class IllegalTransition(Exception):

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from callgate.lifecycle import State
 from callgate.taxonomy import Category, Reason, Route
 
 
@@ -198,15 +199,7 @@ class AgentTool(models.Model):
 class ToolCall(models.Model):
     """One operation: everything callgate knows about one tool call, keyed by operation ID."""
 
-    class State(models.TextChoices):
-        PENDING_APPROVAL = "pending_approval", "Waiting for approval"
-        ALLOWED = "allowed", "Allowed"
-        RETRY_WAIT = "retry_wait", "Waiting to retry"
-        RECONCILING = "reconciling", "Reconciling"
-        IN_REVIEW = "in_review", "In review"
-        SUCCEEDED = "succeeded", "Succeeded"
-        REJECTED = "rejected", "Rejected at the gate"
-        FAILED = "failed", "Failed"
+    State = State  # the states of callgate.lifecycle
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="calls")
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="calls")

@@ -37,6 +37,11 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from callgate.models import ToolCall
 
 #: the marker that replaces sensitive argument values before storage
 REDACTED = "•••"
@@ -97,9 +102,17 @@ class _GuardedTransport(httpx.HTTPTransport):
 def make_client() -> httpx.Client:
     """The HTTP client of a look-up made without one (the task's). No redirects: a look-up
     that redirects is answered as could-not-tell, and credentials never follow a redirect.
-    Its transport refuses origins callgate may not reach (``lookup_refusal``). Tests and the
-    demo patch this to reach the simulator in-process."""
-    return httpx.Client(follow_redirects=False, transport=_GuardedTransport())
+
+    Its transport is the one ``settings.CALLGATE_RECONCILE_TRANSPORT`` makes when that is set
+    (a factory returning an ``httpx.BaseTransport``, or its dotted path: the demo's
+    in-process simulator, ``demo.simulator.lookup_transport``); otherwise httpx's own,
+    refusing origins callgate may not reach (``lookup_refusal``)."""
+    factory = settings.CALLGATE_RECONCILE_TRANSPORT
+    if not factory:
+        return httpx.Client(follow_redirects=False, transport=_GuardedTransport())
+    if isinstance(factory, str):
+        factory = import_string(factory)
+    return httpx.Client(follow_redirects=False, transport=factory())
 
 
 def reconcile_url(*, contract, operation_id: str) -> str:
@@ -290,10 +303,6 @@ def reconcile_calls_claim_stale(*, older_than, limit: int = 500) -> list[int]:
     ``reconcile_requested_at`` to now, so concurrent sweepers never enqueue one call twice
     and a claimed call is not re-enqueued again before another ``older_than`` has passed.
     Returns the claimed call ids (the caller enqueues them)."""
-    from django.db.models import Q
-    from django.utils import timezone
-
-    from callgate.models import ToolCall
 
     now = timezone.now()
     cutoff = now - older_than

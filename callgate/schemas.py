@@ -8,7 +8,6 @@ rejected) except where JSON has no native type: ``event_id`` (UUID) and ``occurr
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -26,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from callgate.timeparse import RFC3339
 from callgate.wire import pointer_problem
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
@@ -38,12 +38,6 @@ TURN_FORMATS = TurnFormat.__args__
 
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
-
-
-#: RFC 3339 §5.6 ``date-time`` (``T`` or, as §5.6 allows, a space between date and time).
-RFC3339 = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
-)
 
 
 def _rfc3339_text(value: Any) -> Any:

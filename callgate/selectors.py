@@ -22,6 +22,12 @@ from callgate.models import (
     ToolContract,
 )
 from callgate.taxonomy import Category
+from reviews.models import ReviewItem
+
+
+def open_review_count(*, project: Project) -> int:
+    """Open review items in ``project`` (shown beside "Review" in the navigation)."""
+    return ReviewItem.objects.filter(project=project, status__in=ReviewItem.OPEN_STATUSES).count()
 
 
 def project_overview(*, project: Project) -> dict:
@@ -35,10 +41,8 @@ def project_overview(*, project: Project) -> dict:
     by_category = {
         row["category"]: row["n"] for row in calls.values("category").annotate(n=Count("id"))
     }
-    from reviews.selectors import open_item_count
-
     return {
-        "open_reviews": open_item_count(project=project),
+        "open_reviews": open_review_count(project=project),
         "since": since,
         "total": totals["total"],
         "failed": totals["failed"],
@@ -258,8 +262,6 @@ def call_timeline(*, call: ToolCall) -> list[CallEvent]:
 
 def call_open_review_item(*, call: ToolCall):
     """The call's open or claimed review item, or None."""
-    from reviews.models import ReviewItem
-
     return (
         ReviewItem.objects.filter(
             call=call, status__in=[ReviewItem.Status.OPEN, ReviewItem.Status.CLAIMED]

@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from callgate import escalation
 from callgate.classification import schema_problems
 from callgate.ingest import events_apply
 from callgate.lifecycle import IllegalTransition
@@ -285,9 +286,7 @@ def call_reconcile_failed(*, call: ToolCall, detail: dict) -> ToolCall:
                 now,
             )
             locked.save(update_fields=["state", "route", "updated_at"])
-            from reviews.services import review_item_open
-
-            review_item_open(call=locked)
+            escalation.review_item_open(call=locked)
     return locked
 
 
@@ -329,9 +328,7 @@ def call_deadline_passed(*, call: ToolCall) -> ToolCall:
         locked.save(
             update_fields=["state", "reason", "category", "route", "observation", "updated_at"]
         )
-        from reviews.services import review_item_open
-
-        review_item_open(call=locked)
+        escalation.review_item_open(call=locked)
     return locked
 
 

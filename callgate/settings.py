@@ -312,6 +312,11 @@ CALLGATE_RECONCILE_AUTH_ORIGINS = env_list("CALLGATE_RECONCILE_AUTH_ORIGINS", []
 #: addresses (plus the AUTH origins above); loopback, private and link-local are refused.
 CALLGATE_RECONCILE_ORIGINS = env_list("CALLGATE_RECONCILE_ORIGINS", [])
 CALLGATE_RECONCILE_TIMEOUT = env_int("CALLGATE_RECONCILE_TIMEOUT", 5, minimum=1)  # seconds
+#: Dotted path of a factory of the look-ups' httpx transport (``callgate.reconcile.make_client``).
+#: Empty: the network, guarded. The demo answers look-ups of ``/simulator/…`` in-process.
+CALLGATE_RECONCILE_TRANSPORT = env_str("CALLGATE_RECONCILE_TRANSPORT") or (
+    "demo.simulator.lookup_transport" if CALLGATE_DEMO else ""
+)
 CALLGATE_REVIEW_CLAIM_LEASE = env_int("CALLGATE_REVIEW_CLAIM_LEASE", 15 * 60, minimum=60)  # seconds
 #: Backpressure: when a project has this many events received and not yet applied (pending
 #: inbox rows), ingest answers 429 with Retry-After until the drain catches up

@@ -28,7 +28,9 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
+from callgate import services
 from callgate.inbox import inbox_drain
+from callgate.lifecycle import IllegalTransition
 from callgate.models import CallEvent, InboxEvent, Project, ToolCall
 from callgate.reconcile import UNKNOWN, LookupResult, reconcile_calls_claim_stale, reconcile_lookup
 from callgate.reports.rollups import refresh_rollups  # noqa: F401  (defined beside the rollup code; beat: refresh-rollups)
@@ -89,8 +91,6 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
 
     ``manual=True`` (an operator's "reconcile now" on a review item) also looks up a call
     that is ``in_review``, and skips the loop guard."""
-    from callgate import services
-    from callgate.lifecycle import IllegalTransition
 
     allowed = (
         (ToolCall.State.RECONCILING, ToolCall.State.IN_REVIEW)
@@ -201,7 +201,6 @@ def _each_call(queryset, service, label: str) -> int:
 def sweep_deadlines() -> int:
     """Calls still ``retry_wait`` past their deadline -> ``services.call_deadline_passed``
     (``retry_exhausted``). Returns how many were moved."""
-    from callgate import services
 
     overdue = ToolCall.objects.filter(
         state=ToolCall.State.RETRY_WAIT, deadline__lt=timezone.now()

@@ -7,10 +7,49 @@ depends on the contract: ``retry`` when the target is idempotent, else ``review`
 
 from __future__ import annotations
 
-from django.db import models
+from enum import EnumMeta, StrEnum
+from typing import Any
 
 
-class Route(models.TextChoices):
+class ChoicesType(EnumMeta):
+    """The class-level ``choices``, ``values`` and ``labels`` of Django's ``TextChoices``,
+    without importing Django, so that this module and the classifier stay pure."""
+
+    @property
+    def choices(cls) -> list[tuple[str, str]]:
+        return [(member.value, member.label) for member in cls]  # type: ignore[var-annotated]
+
+    @property
+    def values(cls) -> list[str]:
+        return [member.value for member in cls]  # type: ignore[var-annotated]
+
+    @property
+    def labels(cls) -> list[str]:
+        return [member.label for member in cls]  # type: ignore[var-annotated]
+
+
+class Choices(StrEnum, metaclass=ChoicesType):
+    """A string enum whose members compare equal to their slug and carry a human ``label``
+    (``NAME = "slug", "Label"``; without a label, the slug in words). Model fields take
+    ``choices=Reason.choices`` as with ``django.db.models.TextChoices``."""
+
+    _label: str
+
+    def __new__(cls, value: str, label: str | None = None) -> Any:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member._label = label or value.replace("_", " ").capitalize()
+        return member
+
+    @property
+    def label(self) -> str:
+        return self._label
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Route(Choices):
     PROCEED = "proceed", "Proceed"
     REASK = "reask", "Re-ask the model"
     DENY = "deny", "Deny"
@@ -21,7 +60,7 @@ class Route(models.TextChoices):
     STOP = "stop", "Stop"
 
 
-class Category(models.TextChoices):
+class Category(Choices):
     OK = "ok", "OK"
     EMPTY_RESULT = "empty_result", "Empty result"
     ARGUMENT_ERROR = "argument_error", "Argument error"
@@ -36,46 +75,46 @@ class Category(models.TextChoices):
     APPROVAL = "approval", "Approval"
 
 
-class Reason(models.TextChoices):
-    OK = "ok"
-    EMPTY_RESULT = "empty_result"
-    MALFORMED_CALL = "malformed_call"
-    INVALID_JSON = "invalid_json"
-    MISSING_REQUIRED = "missing_required"
-    TYPE_MISMATCH = "type_mismatch"
-    ENUM_VIOLATION = "enum_violation"
-    CONSTRAINT_VIOLATION = "constraint_violation"
-    DUPLICATE_CALL_ID = "duplicate_call_id"  # v2
-    MISSING_CALL_ID = "missing_call_id"  # v2
-    UNKNOWN_TOOL = "unknown_tool"
-    UNKNOWN_ARGUMENT = "unknown_argument"
-    REFERENCE_NOT_FOUND = "reference_not_found"
-    PERMISSION_DENIED = "permission_denied"
-    NOT_FOUND_OR_FORBIDDEN = "not_found_or_forbidden"  # v2
-    AUTHENTICATION_FAILED = "authentication_failed"
-    RATE_LIMITED = "rate_limited"
-    UNAVAILABLE = "unavailable"
-    CIRCUIT_OPEN = "circuit_open"
-    READ_FAILURE = "read_failure"
-    OUTCOME_UNKNOWN = "outcome_unknown"
-    NOT_RECONCILABLE = "not_reconcilable"
-    TOOL_ERROR = "tool_error"
-    PARTIAL_FAILURE = "partial_failure"  # v2
-    CONTRACT_DRIFT = "contract_drift"  # v2
-    CONFLICT = "conflict"
-    DUPLICATE_SUPPRESSED = "duplicate_suppressed"
-    DUPLICATE_IN_FLIGHT = "duplicate_in_flight"  # v2
-    IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
-    RETRY_EXHAUSTED = "retry_exhausted"
-    REASK_EXHAUSTED = "reask_exhausted"
-    LOOP_DETECTED = "loop_detected"  # v2
-    RECONCILED_APPLIED = "reconciled_applied"
-    RECONCILED_ABSENT = "reconciled_absent"
-    RECONCILE_MISMATCH = "reconcile_mismatch"
-    APPROVAL_PENDING = "approval_pending"
-    APPROVAL_GRANTED = "approval_granted"  # v2
-    APPROVAL_REJECTED = "approval_rejected"
-    APPROVAL_EXPIRED = "approval_expired"
+class Reason(Choices):
+    OK = "ok", "OK"
+    EMPTY_RESULT = "empty_result", "Empty result"
+    MALFORMED_CALL = "malformed_call", "Malformed call"
+    INVALID_JSON = "invalid_json", "Invalid JSON arguments"
+    MISSING_REQUIRED = "missing_required", "Missing required argument"
+    TYPE_MISMATCH = "type_mismatch", "Wrong argument type"
+    ENUM_VIOLATION = "enum_violation", "Value not allowed"
+    CONSTRAINT_VIOLATION = "constraint_violation", "Constraint violated"
+    DUPLICATE_CALL_ID = "duplicate_call_id", "Duplicate call ID"  # v2
+    MISSING_CALL_ID = "missing_call_id", "Missing call ID"  # v2
+    UNKNOWN_TOOL = "unknown_tool", "Unknown tool"
+    UNKNOWN_ARGUMENT = "unknown_argument", "Unknown argument"
+    REFERENCE_NOT_FOUND = "reference_not_found", "Reference not found"
+    PERMISSION_DENIED = "permission_denied", "Permission denied"
+    NOT_FOUND_OR_FORBIDDEN = "not_found_or_forbidden", "Not found, or forbidden"  # v2
+    AUTHENTICATION_FAILED = "authentication_failed", "Authentication failed"
+    RATE_LIMITED = "rate_limited", "Rate limited"
+    UNAVAILABLE = "unavailable", "Unavailable"
+    CIRCUIT_OPEN = "circuit_open", "Circuit breaker open"
+    READ_FAILURE = "read_failure", "Read failed"
+    OUTCOME_UNKNOWN = "outcome_unknown", "Outcome unknown"
+    NOT_RECONCILABLE = "not_reconcilable", "Outcome unknown, cannot be looked up"
+    TOOL_ERROR = "tool_error", "Tool error"
+    PARTIAL_FAILURE = "partial_failure", "Partial failure"  # v2
+    CONTRACT_DRIFT = "contract_drift", "Contract drift"  # v2
+    CONFLICT = "conflict", "Conflict in the target"
+    DUPLICATE_SUPPRESSED = "duplicate_suppressed", "Duplicate suppressed"
+    DUPLICATE_IN_FLIGHT = "duplicate_in_flight", "Duplicate in the same turn"  # v2
+    IDEMPOTENCY_MISMATCH = "idempotency_mismatch", "Same operation, other arguments"
+    RETRY_EXHAUSTED = "retry_exhausted", "Retries exhausted"
+    REASK_EXHAUSTED = "reask_exhausted", "Re-asks exhausted"
+    LOOP_DETECTED = "loop_detected", "Loop detected"  # v2
+    RECONCILED_APPLIED = "reconciled_applied", "Reconciled: applied"
+    RECONCILED_ABSENT = "reconciled_absent", "Reconciled: not applied"
+    RECONCILE_MISMATCH = "reconcile_mismatch", "Reconciled: different content"
+    APPROVAL_PENDING = "approval_pending", "Waiting for approval"
+    APPROVAL_GRANTED = "approval_granted", "Approved"  # v2
+    APPROVAL_REJECTED = "approval_rejected", "Approval rejected"
+    APPROVAL_EXPIRED = "approval_expired", "Approval expired"
 
 
 R, C, T = Reason, Category, Route

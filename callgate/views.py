@@ -6,14 +6,13 @@ calls list serves both the full page and its rows fragment (htmx polling) from o
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -23,6 +22,7 @@ from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, ToolCall
 from callgate.selectors import TIME_PRESETS, CallFilters, Cursor
 from callgate.taxonomy import Category, Reason, Route
+from callgate.timeparse import parse_time
 
 #: query parameters of the calls list that narrow it (the reports link with these)
 FILTER_PARAMS = (
@@ -66,23 +66,12 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 
 def _parse_time(raw: str, *, end: bool = False) -> datetime | None:
-    """An ISO date-time (aware, or naive in the current time zone) or a date (its start,
-    or with ``end`` the start of the next day). None when ``raw`` is neither. A ``+`` of
-    an offset that arrived unescaped (decoded to a space) is put back."""
-    if "T" in raw:
-        raw = raw.replace(" ", "+")
+    """``timeparse.parse_time`` with naive times in the current time zone; None when ``raw``
+    is no date or date-time."""
     try:
-        value = parse_datetime(raw)
-        day = None if value is not None else parse_date(raw)
+        return parse_time(raw, end=end, naive=timezone.get_current_timezone())
     except ValueError:
         return None
-    if value is None:
-        if day is None:
-            return None
-        value = datetime.combine(day, time.min) + (timedelta(days=1) if end else timedelta())
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value)
-    return value
 
 
 def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:

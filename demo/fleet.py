@@ -19,19 +19,22 @@ import secrets
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from unittest import mock
 
 import httpx
 
 from callgate.sdk import CallgateClient, RetryPolicy, RunResult, SelfCorrector, ToolFailure
-from demo.simulator import DEMO_TENANTS, SimulatorService, default_service, simulator_transport
+from demo.simulator import (
+    DEMO_TENANTS,
+    SIMULATOR_PATH,
+    SimulatorService,
+    default_service,
+    simulator_transport,
+)
 
 #: where the callgate server mounts the simulator (``/simulator/`` in ``callgate.urls``)
-SIMULATOR_PATH = "/simulator"
 TENANT = "acme"
 TOKEN = DEMO_TENANTS[TENANT]
 PROJECT_SLUG = "demo"
@@ -51,35 +54,6 @@ def callgate_transport() -> httpx.WSGITransport:
 def simulator_client(service: SimulatorService) -> httpx.Client:
     """An httpx client onto ``service`` in this process (base URL ``http://sim``)."""
     return httpx.Client(transport=simulator_transport(service), base_url="http://sim")
-
-
-@contextmanager
-def reconcile_through(service: SimulatorService, *, token: str = TOKEN) -> Iterator[None]:
-    """Make callgate's reconciliation look-ups (``callgate.reconcile.make_client``) reach
-    ``service`` in-process, with the tenant's bearer token, whatever the URL's host."""
-
-    class Unmounted(httpx.BaseTransport):
-        """Strips the server's ``/simulator`` mount from the path, then the simulator answers."""
-
-        def __init__(self) -> None:
-            self.inner = simulator_transport(service)
-
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            raw = request.url.raw_path
-            prefix = SIMULATOR_PATH.encode()
-            if raw.startswith(prefix + b"/"):
-                request.url = request.url.copy_with(raw_path=raw[len(prefix) :])
-            return self.inner.handle_request(request)
-
-    def make_client() -> httpx.Client:
-        return httpx.Client(
-            transport=Unmounted(),
-            follow_redirects=False,
-            headers={"Authorization": f"Bearer {token}"},
-        )
-
-    with mock.patch("callgate.reconcile.make_client", make_client):
-        yield
 
 
 def lookup_url(base_url: str, tenant: str = TENANT) -> str:
@@ -1335,12 +1309,11 @@ def demo_run(
     )
     clients = fleet.clients
     plan = fleet.plan(max(calls, len(Fleet.COVERAGE)))
-    with reconcile_through(sim):
-        for done, name in enumerate(plan, start=1):
-            fleet.covering = done <= len(Fleet.COVERAGE)
-            fleet.episode(name)
-            if progress is not None:
-                progress(done, len(plan), name)
+    for done, name in enumerate(plan, start=1):
+        fleet.covering = done <= len(Fleet.COVERAGE)
+        fleet.episode(name)
+        if progress is not None:
+            progress(done, len(plan), name)
     for client in clients.values():
         client.close()
     if spread_days:
@@ -1377,14 +1350,13 @@ def demo_trickle(
     )
     clients = fleet.clients
     pool, weights = zip(*Fleet.MIX.items(), strict=True)
-    with reconcile_through(sim):
-        while not stop.wait(interval):
-            name = rng.choices(pool, weights=weights)[0]
-            try:
-                fleet.episode(name)
-            except Exception as exc:  # keep trickling; print what went wrong
-                print(f"demo trickle: {name} failed: {exc}", file=sys.stderr)
-            if on_call is not None:
-                on_call(name)
+    while not stop.wait(interval):
+        name = rng.choices(pool, weights=weights)[0]
+        try:
+            fleet.episode(name)
+        except Exception as exc:  # keep trickling; print what went wrong
+            print(f"demo trickle: {name} failed: {exc}", file=sys.stderr)
+        if on_call is not None:
+            on_call(name)
     for client in clients.values():
         client.close()

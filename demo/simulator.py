@@ -618,6 +618,47 @@ def simulator_transport(service: SimulatorService) -> SimulatorTransport:
     return SimulatorTransport(service)
 
 
+#: Where callgate's server mounts the simulator (``demo.urls``).
+SIMULATOR_PATH = "/simulator"
+
+
+class MountedTransport(httpx.BaseTransport):
+    """callgate's reconcile look-ups as the demo answers them, in-process: a request to
+    ``…/simulator/…`` goes to ``service`` without the mount prefix, carrying the demo
+    tenant's bearer token when it has no credential of its own (the configured
+    ``CALLGATE_RECONCILE_AUTH_HEADER`` when the origin is allowed); any other URL goes to
+    the network through ``fallback`` (callgate's guarded transport by default)."""
+
+    def __init__(
+        self,
+        service: SimulatorService,
+        *,
+        token: str = "",
+        fallback: httpx.BaseTransport | None = None,
+    ):
+        self.inner = simulator_transport(service)
+        self.token = token or DEMO_TENANTS["acme"]
+        self.fallback = fallback
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        raw = request.url.raw_path
+        prefix = SIMULATOR_PATH.encode() + b"/"
+        if not raw.startswith(prefix):
+            if self.fallback is None:
+                from callgate.reconcile import _GuardedTransport
+
+                self.fallback = _GuardedTransport()
+            return self.fallback.handle_request(request)
+        request.url = request.url.copy_with(raw_path=raw[len(SIMULATOR_PATH) :])
+        request.headers.setdefault("Authorization", f"Bearer {self.token}")
+        return self.inner.handle_request(request)
+
+
+def lookup_transport() -> MountedTransport:
+    """``CALLGATE_RECONCILE_TRANSPORT`` of the demo: look-ups reach ``default_service()``."""
+    return MountedTransport(default_service())
+
+
 def demo_service() -> SimulatorService:
     """A service with the demo's data: tenants acme and globex (tokens in ``DEMO_TENANTS``),
     tickets T-1, T-2 (acme, open), T-3 (globex), T-4 (acme, deleted), T-5 (acme, closed)."""

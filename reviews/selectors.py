@@ -12,6 +12,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from callgate.models import CallEvent, Membership, ToolCall
+from reviews.models import ReviewItem
 
 #: Age filter values → minimum age.
 AGE_CHOICES = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "24h": timedelta(hours=24)}
@@ -20,13 +21,6 @@ STATUS_CHOICES = ("open", "claimed", "resolved", "expired", "settled", "all")
 PAGE_SIZE = 50
 #: How long the item page polls for the result of "Reconcile now".
 RECONCILE_PATIENCE = timedelta(seconds=90)
-
-
-def open_item_count(*, project) -> int:
-    """Open review items in ``project`` (shown beside "Review" in the navigation)."""
-    from reviews.models import ReviewItem
-
-    return ReviewItem.objects.filter(project=project, status__in=ReviewItem.OPEN_STATUSES).count()
 
 
 @dataclass(frozen=True)
@@ -74,7 +68,6 @@ class QueueFilters:
 
 
 def _status_q(status: str) -> Q:
-    from reviews.models import ReviewItem
 
     if status == "open":
         return Q(status__in=ReviewItem.OPEN_STATUSES)
@@ -84,7 +77,6 @@ def _status_q(status: str) -> Q:
 
 
 def _apply(qs: QuerySet, filters: QueueFilters, *, user, now, skip: str = "") -> QuerySet:
-    from reviews.models import ReviewItem
 
     if skip != "status":
         qs = qs.filter(_status_q(filters.status))
@@ -124,7 +116,6 @@ def absent_reconciliations() -> QuerySet:
 def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
     """Items matching ``filters``, most urgent first (priority, then oldest), with the call,
     agent, assignee and ``n_similar`` (other open items with the same tool and reason)."""
-    from reviews.models import ReviewItem
 
     now = now or timezone.now()
     similar = (
@@ -154,7 +145,6 @@ def queue_facets(
     *, project, filters: QueueFilters, user, now=None
 ) -> dict[str, list[tuple[str, int]]]:
     """Counts per value of each filter, with the other filters applied (what clicking it gives)."""
-    from reviews.models import ReviewItem
 
     now = now or timezone.now()
     base = ReviewItem.objects.filter(project=project)
@@ -197,7 +187,6 @@ def queue_facets(
 
 def queue_progress(*, project, now=None) -> list[dict]:
     """Per operator of the project: items claimed now (live lease) and decided today (UTC day)."""
-    from reviews.models import ReviewItem
 
     now = now or timezone.now()
     start = now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -237,7 +226,6 @@ def queue_progress(*, project, now=None) -> list[dict]:
 
 def item_for_project(*, project, pk: int):
     """The item with its call, or None when it is not in ``project`` (the view 404s)."""
-    from reviews.models import ReviewItem
 
     return (
         ReviewItem.objects.filter(project=project, pk=pk)

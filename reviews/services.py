@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from callgate import services as core_services
+from callgate.celery import enqueue_on_commit
 from callgate.lifecycle import IllegalTransition
 from callgate.models import Membership, ToolCall, ToolContract
 from reviews.models import ReviewAudit, ReviewItem
@@ -30,18 +31,6 @@ from reviews.selectors import absent_reconciliations
 
 logger = logging.getLogger(__name__)
 
-
-#: Lower is more urgent: unknown outcomes of writes and approvals first.
-PRIORITY_BY_REASON = {
-    "approval_pending": 0,
-    "not_reconcilable": 1,
-    "reconcile_mismatch": 1,
-    "reconciled_absent": 1,
-    "outcome_unknown": 1,
-    "retry_exhausted": 2,
-    "conflict": 2,
-    "authentication_failed": 3,
-}
 
 #: Decisions an operator can take, and the audit action each records.
 DECISIONS = {
@@ -141,164 +130,6 @@ def _actionable(user, now) -> Q:
     return Q(status=ReviewItem.Status.OPEN) | Q(status=ReviewItem.Status.CLAIMED) & (
         Q(assignee=user) | Q(assignee__isnull=True) | Q(lease_expires_at__lte=now)
     )
-
-
-# --- called by the core lifecycle ----------------------------------------------------------
-
-
-def review_item_open(*, call: ToolCall, kind: str = ReviewItem.Kind.ESCALATION) -> ReviewItem:
-    """Open an item for ``call`` unless one is open already (at most one per call)."""
-    return _open_one(call=call, kind=kind)
-
-
-def _open_one(*, call: ToolCall, kind: str) -> ReviewItem:
-    existing = ReviewItem.objects.filter(call=call, status__in=ReviewItem.OPEN_STATUSES).first()
-    if existing is not None:
-        return existing
-    try:
-        with transaction.atomic():
-            item = ReviewItem.objects.create(
-                project_id=call.project_id,
-                call=call,
-                kind=kind,
-                reason=call.reason,
-                priority=PRIORITY_BY_REASON.get(call.reason, 2),
-                approval_expires_at=call.approval_expires_at
-                if kind == ReviewItem.Kind.APPROVAL
-                else None,
-            )
-            _audit(
-                item=item,
-                actor=None,
-                action=ReviewAudit.Action.OPENED,
-                before="",
-                after=item.status,
-                reason=call.reason,
-                call_after=call.state,
-            )
-            return item
-    except IntegrityError:  # a concurrent request opened it first
-        return ReviewItem.objects.get(call=call, status__in=ReviewItem.OPEN_STATUSES)
-
-
-def review_items_settle(*, call: ToolCall, note: str) -> int:
-    """Close the call's open items because a later event settled the call."""
-    return review_items_settle_bulk(calls=[call], note_by_call={call.pk: note})
-
-
-def _settled_status(call: ToolCall) -> str:
-    """An approval that ran out is ``expired`` (whoever noticed first); anything else ``settled``."""
-    return (
-        ReviewItem.Status.EXPIRED
-        if call.reason == "approval_expired"
-        else ReviewItem.Status.SETTLED
-    )
-
-
-def review_items_open_bulk(*, calls: list[tuple[ToolCall, str]]) -> list[ReviewItem]:
-    """``review_item_open`` for many calls at once (the ingest engine's batch save):
-    ``calls`` is ``[(call, kind), …]``. Two queries plus the inserts; falls back to one
-    call at a time if a concurrent request opened one of them first."""
-    if not calls:
-        return []
-    existing = {
-        i.call_id: i
-        for i in ReviewItem.objects.filter(
-            call__in=[c for c, _ in calls], status__in=ReviewItem.OPEN_STATUSES
-        )
-    }
-    new = [
-        ReviewItem(
-            project_id=call.project_id,
-            call=call,
-            kind=kind,
-            reason=call.reason,
-            priority=PRIORITY_BY_REASON.get(call.reason, 2),
-            approval_expires_at=call.approval_expires_at
-            if kind == ReviewItem.Kind.APPROVAL
-            else None,
-        )
-        for call, kind in calls
-        if call.pk not in existing
-    ]
-    if not new:
-        return list(existing.values())
-    try:
-        with transaction.atomic():
-            created = ReviewItem.objects.bulk_create(new)
-            ReviewAudit.objects.bulk_create(
-                [
-                    ReviewAudit(
-                        project_id=i.project_id,
-                        item=i,
-                        action=ReviewAudit.Action.OPENED,
-                        state_after=i.status,
-                        reason=i.reason,
-                        call_state_after=i.call.state,
-                    )
-                    for i in created
-                ]
-            )
-    except IntegrityError:  # someone opened one meanwhile: do it one by one
-        created = [
-            _open_one(call=call, kind=kind) for call, kind in calls if call.pk not in existing
-        ]
-    return list(existing.values()) + created
-
-
-def review_items_settle_bulk(*, calls: list[ToolCall], note_by_call: dict[int, str]) -> int:
-    """``review_items_settle`` for many calls (the ingest engine's batch save); the note of
-    each call is ``note_by_call[call.pk]``. The open items are locked, closed and audited.
-    Returns how many were closed."""
-    if not calls:
-        return 0
-    by_pk = {c.pk: c for c in calls}
-    now = timezone.now()
-    with transaction.atomic():
-        items = list(
-            ReviewItem.objects.select_for_update()
-            .filter(call_id__in=by_pk, status__in=ReviewItem.OPEN_STATUSES)
-            .only("pk", "project_id", "call_id", "status")
-        )
-        groups: dict[tuple[str, str], list[int]] = {}
-        for item in items:
-            call = by_pk[item.call_id]
-            groups.setdefault((_settled_status(call), note_by_call.get(call.pk, "")), []).append(
-                item.pk
-            )
-        closed = 0
-        for (status, note), pks in groups.items():
-            closed += ReviewItem.objects.filter(
-                pk__in=pks, status__in=ReviewItem.OPEN_STATUSES
-            ).update(
-                status=status,
-                resolution=status,
-                resolution_reason=note,
-                resolved_at=now,
-                updated_at=now,
-                assignee=None,
-                lease_expires_at=None,
-            )
-        for item in items:  # an expired approval: tell the agent, as review_items_expire does
-            if _settled_status(by_pk[item.call_id]) == ReviewItem.Status.EXPIRED:
-                _enqueue_webhook(item=item, call=by_pk[item.call_id])
-        ReviewAudit.objects.bulk_create(
-            [
-                ReviewAudit(
-                    project_id=i.project_id,
-                    item_id=i.pk,
-                    action=ReviewAudit.Action.SETTLED
-                    if _settled_status(by_pk[i.call_id]) == ReviewItem.Status.SETTLED
-                    else ReviewAudit.Action.EXPIRED,
-                    state_before=i.status,
-                    state_after=_settled_status(by_pk[i.call_id]),
-                    reason=note_by_call.get(i.call_id, ""),
-                    call_state_after=by_pk[i.call_id].state,
-                )
-                for i in items
-            ]
-        )
-    return closed
 
 
 # --- claims ---------------------------------------------------------------------------------
@@ -499,14 +330,8 @@ def review_item_reconcile(*, item: ReviewItem, user) -> ReviewAudit:
             call_before=item.call.state,
             call_after=item.call.state,
         )
-        transaction.on_commit(lambda: _enqueue_reconcile(call_pk))
+        enqueue_on_commit("callgate.tasks.reconcile_call", call_pk, manual=True)
     return row
-
-
-def _enqueue_reconcile(call_pk: int) -> None:
-    from callgate.tasks import reconcile_call
-
-    reconcile_call.delay(call_pk, manual=True)
 
 
 def review_item_extend(*, item: ReviewItem, user, seconds: int) -> ReviewItem:
@@ -782,9 +607,4 @@ def _enqueue_webhook(*, item: ReviewItem, call: ToolCall) -> None:
     delivery_id = str(uuid.uuid4())
     item_pk, call_pk = item.pk, call.pk
 
-    def send() -> None:
-        from reviews.tasks import webhook_deliver
-
-        webhook_deliver.delay(call_pk, item_pk, delivery_id)
-
-    transaction.on_commit(send)
+    enqueue_on_commit("reviews.tasks.webhook_deliver", call_pk, item_pk, delivery_id)

@@ -16,7 +16,10 @@ import time
 import httpx
 from celery import shared_task
 
+from callgate.models import ToolCall
 from reviews import webhooks
+from reviews.models import WebhookDelivery
+from reviews.services import review_items_expire, review_leases_lapse
 
 
 class WebhookFailed(Exception):
@@ -26,8 +29,6 @@ class WebhookFailed(Exception):
 @shared_task(bind=True, max_retries=webhooks.WEBHOOK_MAX_ATTEMPTS - 1, acks_late=True)
 def webhook_deliver(self, call_id: int, item_id: int | None, delivery_id: str) -> bool:
     """Deliver one decision. Returns True when the receiver answered 2xx."""
-    from callgate.models import ToolCall
-    from reviews.models import WebhookDelivery
 
     call = ToolCall.objects.select_related("agent", "decided_by").filter(pk=call_id).first()
     if call is None or not call.agent.webhook_url:
@@ -74,6 +75,5 @@ def webhook_deliver(self, call_id: int, item_id: int | None, delivery_id: str) -
 @shared_task
 def review_housekeeping() -> dict:
     """Periodic: claims whose lease ran out return to the queue; approvals past their timeout expire."""
-    from reviews.services import review_items_expire, review_leases_lapse
 
     return {"lapsed": review_leases_lapse(), "expired": review_items_expire()}

@@ -9,7 +9,6 @@ possible. Without htmx, actions redirect back with a message.
 from __future__ import annotations
 
 import csv
-from datetime import UTC
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
@@ -18,11 +17,11 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from callgate.access import Role, project_view
+from callgate.timeparse import parse_time
 from reviews import selectors, services
 from reviews.forms import BulkForm, CommentForm, DecisionForm, ExtendForm
 from reviews.models import ReviewItem, WebhookDelivery
@@ -50,14 +49,9 @@ def _parse_seen(value: str | None):
     if not value:
         return None
     try:
-        seen = parse_datetime(value.strip()[:64])
-    except ValueError:  # well-formed but not a real date or time
+        return parse_time(value[:64])
+    except ValueError:
         return None
-    if seen is None:
-        return None
-    if timezone.is_naive(seen):
-        seen = timezone.make_aware(seen, UTC)
-    return seen
 
 
 def _queue_context(request, *, result=None, fragment: bool = False) -> dict:

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.test import TestCase
 
 from callgate.auth import api_key_issue
-from callgate.models import Agent, Membership, Project
+from callgate.models import Agent, Membership, Project, ToolCall, ToolContract
+from callgate.taxonomy import TABLE, Reason
 
 PASSWORD = "correct horse battery staple"
 
@@ -83,3 +85,155 @@ class BaseTestCase(TestCase):
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {key or self.key}")
         return client
+
+
+# --- contracts and proposals of the API tests ----------------------------------------------
+
+WEATHER = {
+    "description": "Weather for a city on a date",
+    "effect": "read",
+    "max_attempts": 3,
+    "max_reasks": 2,
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "city": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Full city name, e.g. 'Paris'",
+            },
+            "date": {"type": "string", "format": "date", "description": "ISO 8601 date"},
+        },
+        "required": ["city"],
+    },
+}
+FOLLOW_UP = {
+    "description": "Create a follow-up task on a support ticket",
+    "effect": "write",
+    "idempotent": True,
+    "reconcilable": True,
+    "sensitive_fields": ["note"],
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "ticket_id": {"type": "string", "pattern": "^T-[0-9]+$"},
+            "note": {"type": "string"},
+            "password": {"type": "string"},
+        },
+        "required": ["ticket_id"],
+    },
+}
+
+
+def proposal(tool: str, arguments: dict, **fields) -> dict:
+    return make_event(
+        "proposed", format="plain", call={"tool": tool, "arguments": arguments}, **fields
+    )
+
+
+# --- calls written directly (reports and rollups) ---------------------------------------
+
+#: A Monday: the start of the week that ``seed_calls`` fills by default.
+T0 = datetime(2026, 3, 2, 0, tzinfo=UTC)
+
+
+def make_call(
+    *,
+    project,
+    agent,
+    created_at,
+    tool="get_weather",
+    reason=Reason.OK,
+    attempts=1,
+    duplicates=0,
+    state=ToolCall.State.SUCCEEDED,
+    **extra,
+) -> ToolCall:
+    category, route = TABLE[Reason(reason)] if reason else ("", "")
+    return ToolCall.objects.create(
+        project=project,
+        agent=agent,
+        operation_id=str(uuid.uuid4()),
+        tool_name=tool,
+        state=state,
+        reason=reason,
+        category=category,
+        route=route,
+        attempts=attempts,
+        duplicates_suppressed=duplicates,
+        created_at=created_at,
+        updated_at=extra.pop("updated_at", created_at),
+        **extra,
+    )
+
+
+def seed_calls(
+    project, agents, contracts, *, seed=7, n=400, start=T0, hours=24 * 7
+) -> list[ToolCall]:
+    """Random mixed calls over ``hours`` from ``start``; contracts: {tool: ToolContract}."""
+    rng = random.Random(seed)
+    tools = list(contracts) + ["lookup_order"]
+    weights = {
+        Reason.OK: 40,
+        Reason.EMPTY_RESULT: 6,
+        Reason.MISSING_REQUIRED: 5,
+        Reason.TYPE_MISMATCH: 4,
+        Reason.UNKNOWN_TOOL: 3,
+        Reason.UNKNOWN_ARGUMENT: 3,
+        Reason.RATE_LIMITED: 4,
+        Reason.READ_FAILURE: 3,
+        Reason.OUTCOME_UNKNOWN: 3,
+        Reason.RECONCILED_APPLIED: 3,
+        Reason.RETRY_EXHAUSTED: 2,
+        Reason.DUPLICATE_SUPPRESSED: 2,
+        Reason.APPROVAL_PENDING: 1,
+        Reason.PERMISSION_DENIED: 2,
+        Reason.TOOL_ERROR: 2,
+        Reason.CONFLICT: 1,
+    }
+    population, w = zip(*weights.items(), strict=True)
+    calls = []
+    for _ in range(n):
+        reason = rng.choices(population, w)[0]
+        tool = rng.choice(tools)
+        attempts = {Reason.RETRY_EXHAUSTED: 3, Reason.RATE_LIMITED: 1}.get(
+            reason, rng.choice([1, 1, 1, 2, 3])
+        )
+        state = ToolCall.State.SUCCEEDED
+        if reason in (Reason.OUTCOME_UNKNOWN, Reason.RETRY_EXHAUSTED, Reason.CONFLICT):
+            state = ToolCall.State.IN_REVIEW
+        elif reason == Reason.RATE_LIMITED:
+            state = ToolCall.State.RETRY_WAIT
+        calls.append(
+            make_call(
+                project=project,
+                agent=rng.choice(agents),
+                tool=tool,
+                reason=reason,
+                attempts=attempts,
+                duplicates=rng.choice([0, 0, 0, 0, 1, 2]) if tool == "create_follow_up" else 0,
+                state=state,
+                created_at=start + timedelta(minutes=rng.randrange(hours * 60)),
+                contract=contracts.get(tool),
+            )
+        )
+    return calls
+
+
+def make_contracts(project) -> dict[str, ToolContract]:
+    out = {}
+    for name, version, score in (
+        ("get_weather", 2, 92),
+        ("create_follow_up", 3, 71),
+        ("issue_refund", 1, 55),
+    ):
+        out[name] = ToolContract.objects.create(
+            project=project,
+            name=name,
+            version=version,
+            parameters={},
+            digest=uuid.uuid4().hex,
+            lint_score=score,
+            lint_findings=[{"path": "/", "message": "x"}] * ((100 - score) // 20),
+        )
+    return out

@@ -16,16 +16,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.apps import apps
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
-from callgate.models import Agent, CallRollup, Project, ToolCall, ToolContract
+from callgate.models import Agent, CallEvent, CallRollup, Project, ToolCall, ToolContract
 from callgate.reports.rollups import hour_floor
 from callgate.taxonomy import TABLE, Category, Reason, Route
+from callgate.timeparse import format_time, parse_time
 
 UTC = UTC
 GRANULARITIES = ("hour", "day", "week")
@@ -96,47 +97,17 @@ class ReportFilters:
         }
 
 
-def iso(moment: datetime) -> str:
-    """RFC 3339 in UTC with a ``Z``: ``2026-11-29T10:00:00Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-#: The years a filter moment may fall in: wide enough for any real range, far enough from
-#: ``datetime``'s limits (years 1 and 9999) that ranges, previous periods and week starts
-#: computed from it cannot overflow.
-MIN_YEAR, MAX_YEAR = 1970, 9000
+iso = format_time
 FILTER_KEYS = ("since", "until", "granularity", "tool", "agent")
 
 
 def _parse_moment(name: str, raw: str, *, end: bool) -> datetime:
-    """An aware UTC datetime from an ISO date or date-time. Raises ``ReportFilterError(name, …)``
-    for text that is no date, or a moment outside the years ``MIN_YEAR`` – ``MAX_YEAR``."""
-    raw = raw.strip()
+    """``timeparse.parse_time`` (dates and naive times in UTC, the reports' time zone), its
+    error as ``ReportFilterError(name, …)``."""
     try:
-        if len(raw) == 10:  # a date: the start of that day, or for ``until`` the end of it
-            moment = datetime.combine(date.fromisoformat(raw), time(0), tzinfo=UTC)
-        else:
-            moment = datetime.fromisoformat(raw.replace("z", "Z"))
-            if moment.tzinfo is None:  # datetime-local inputs: taken as UTC, the reports' time zone
-                moment = moment.replace(tzinfo=UTC)
-        if not MIN_YEAR <= moment.year <= MAX_YEAR:  # checked before any arithmetic can overflow
-            raise OverflowError
-        moment = moment.astimezone(UTC)
-        if len(raw) == 10 and end:
-            moment += timedelta(days=1)
-    except OverflowError:
-        raise ReportFilterError(
-            name, f"must fall between the years {MIN_YEAR} and {MAX_YEAR}, got {raw!r}"
-        ) from None
-    except ValueError:
-        raise ReportFilterError(
-            name, f"not a date or date-time: {raw!r} (use e.g. 2026-11-29 or 2026-11-29T10:00:00Z)"
-        ) from None
-    if not MIN_YEAR <= moment.year <= MAX_YEAR:  # an offset moved it across the edge
-        raise ReportFilterError(
-            name, f"must fall between the years {MIN_YEAR} and {MAX_YEAR}, got {raw!r}"
-        )
-    return moment
+        return parse_time(raw, end=end)
+    except ValueError as exc:
+        raise ReportFilterError(name, str(exc)) from None
 
 
 def _hour_ceil(moment: datetime) -> datetime:
@@ -542,7 +513,6 @@ def report_unknown_outcomes(*, project: Project, f: ReportFilters) -> dict:
     event (finished without a decision), or still open. Returns ``{"total",
     "by_reconciliation", "by_human", "open", "rows": [{"reason", "category", "by_reconciliation",
     "by_human", "open", "calls"}]}``."""
-    from callgate.models import CallEvent
 
     ever_unknown = CallEvent.objects.filter(
         project=project, category=Category.UNKNOWN_OUTCOME

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, path, reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from callgate.access import Role, project_view
@@ -915,7 +916,6 @@ def _report_page(request: HttpRequest, section: str) -> HttpResponse:
 def _as_of() -> dict:
     """The rollups' freshness for the page head: ``{"moment": datetime | None, "iso", "text"}``
     ("14:05 UTC" today, "Sat 28 Nov 14:05 UTC" on another day, "unknown" when never refreshed)."""
-    from django.utils import timezone
 
     moment = rollups_as_of()
     if moment is None:
@@ -938,9 +938,6 @@ def _sections(project, params: dict) -> list[dict]:
 
 
 def _presets(request: HttpRequest, params: dict) -> list[dict]:
-    from datetime import timedelta
-
-    from django.utils import timezone
 
     until = reports._hour_ceil(timezone.now())
     out = []

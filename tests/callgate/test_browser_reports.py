@@ -12,7 +12,7 @@ from callgate.models import Agent
 from callgate.reports.rollups import hour_floor, rollups_rebuild
 from reviews.models import ReviewItem
 from tests.browser_support import BrowserTestCase, artifact_path
-from tests.callgate.test_reports import make_contracts, seed_calls
+from tests.factories import make_contracts, seed_calls
 
 PAGES = [
     ("overview", ""),

@@ -40,10 +40,9 @@ from demo.fleet import (
     callgate_transport,
     contracts,
     follow_up_tool,
-    reconcile_through,
     simulator_client,
 )
-from demo.simulator import demo_service
+from demo.simulator import SIMULATOR_PATH, MountedTransport, demo_service
 from reviews.models import ReviewItem
 
 SIM = "http://sim"
@@ -100,16 +99,19 @@ class E2ETestCase(TransactionTestCase):
         self.sim = demo_service()
         self.sim_http = simulator_client(self.sim)
         self.addCleanup(self.sim_http.close)
-        patcher = reconcile_through(self.sim)
-        patcher.__enter__()
-        self.addCleanup(patcher.__exit__, None, None, None)
+        # callgate's reconcile look-ups reach this test's simulator in-process
+        transport = override_settings(
+            CALLGATE_RECONCILE_TRANSPORT=lambda: MountedTransport(self.sim)
+        )
+        transport.enable()
+        self.addCleanup(transport.disable)
         self.time = FakeClock()
         self.callgate = FlakyTransport(callgate_transport())
         self._tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self._tmp.cleanup)
         self.buffer_dir = Path(self._tmp.name)
         self.client = self.make_client()
-        specs = contracts(SIM)
+        specs = contracts(SIM + SIMULATOR_PATH)  # look-ups as the server mounts it
         for name in self.tools:
             self.client.register_tool(name, **specs[name])
         self.follow_up = follow_up_tool(self.sim_http)
@@ -403,7 +405,10 @@ class DemoFleetTests(TransactionTestCase):
 
         sim = demo_service()
         out = io.StringIO()
-        with mock.patch("demo.fleet.default_service", return_value=sim):
+        with (
+            mock.patch("demo.fleet.default_service", return_value=sim),
+            override_settings(CALLGATE_RECONCILE_TRANSPORT=lambda: MountedTransport(sim)),
+        ):
             call_command("demo", "--seed", "1", "--calls", "1", stdout=out)
         text = out.getvalue()
         assert "operator login: operator / " in text and "manager login:  manager / " in text

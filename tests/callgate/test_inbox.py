@@ -17,8 +17,7 @@ from callgate import inbox, ingest, tasks
 from callgate.inbox import event_answer, events_receive, inbox_drain
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall
 from callgate.schemas import EVENT_ADAPTER
-from tests.callgate.test_ingest_api import FOLLOW_UP, WEATHER, proposal
-from tests.factories import BaseTestCase, make_event
+from tests.factories import FOLLOW_UP, WEATHER, BaseTestCase, make_event, proposal
 
 
 def weather_call(i: int) -> list[dict]:

@@ -16,48 +16,7 @@ from callgate.auth import api_key_issue
 from callgate.models import Agent, CallEvent, InboxEvent, ToolCall, ToolContract
 from callgate.wire import derive_operation_id
 from reviews.models import ReviewItem
-from tests.factories import BaseTestCase, make_event
-
-WEATHER = {
-    "description": "Weather for a city on a date",
-    "effect": "read",
-    "max_attempts": 3,
-    "max_reasks": 2,
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "city": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Full city name, e.g. 'Paris'",
-            },
-            "date": {"type": "string", "format": "date", "description": "ISO 8601 date"},
-        },
-        "required": ["city"],
-    },
-}
-FOLLOW_UP = {
-    "description": "Create a follow-up task on a support ticket",
-    "effect": "write",
-    "idempotent": True,
-    "reconcilable": True,
-    "sensitive_fields": ["note"],
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "ticket_id": {"type": "string", "pattern": "^T-[0-9]+$"},
-            "note": {"type": "string"},
-            "password": {"type": "string"},
-        },
-        "required": ["ticket_id"],
-    },
-}
-
-
-def proposal(tool: str, arguments: dict, **fields) -> dict:
-    return make_event(
-        "proposed", format="plain", call={"tool": tool, "arguments": arguments}, **fields
-    )
+from tests.factories import FOLLOW_UP, WEATHER, BaseTestCase, make_event, proposal
 
 
 class IngestTests(BaseTestCase):

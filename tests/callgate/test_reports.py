@@ -4,94 +4,16 @@ from __future__ import annotations
 
 import csv
 import io
-import random
-import uuid
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlparse
 
 from django.apps import apps
 
-from callgate.models import Agent, CallEvent, ToolCall, ToolContract
+from callgate.models import Agent, CallEvent, ToolCall
 from callgate.reports import selectors as reports
 from callgate.reports.rollups import rollups_rebuild
 from callgate.taxonomy import Reason
-from tests.callgate.test_rollups import make_call
-from tests.factories import BaseTestCase
-
-UTC = UTC
-T0 = datetime(2026, 3, 2, 0, tzinfo=UTC)  # a Monday
-
-
-def seed_calls(
-    project, agents, contracts, *, seed=7, n=400, start=T0, hours=24 * 7
-) -> list[ToolCall]:
-    """Random mixed calls over ``hours`` from ``start``; contracts: {tool: ToolContract}."""
-    rng = random.Random(seed)
-    tools = list(contracts) + ["lookup_order"]
-    weights = {
-        Reason.OK: 40,
-        Reason.EMPTY_RESULT: 6,
-        Reason.MISSING_REQUIRED: 5,
-        Reason.TYPE_MISMATCH: 4,
-        Reason.UNKNOWN_TOOL: 3,
-        Reason.UNKNOWN_ARGUMENT: 3,
-        Reason.RATE_LIMITED: 4,
-        Reason.READ_FAILURE: 3,
-        Reason.OUTCOME_UNKNOWN: 3,
-        Reason.RECONCILED_APPLIED: 3,
-        Reason.RETRY_EXHAUSTED: 2,
-        Reason.DUPLICATE_SUPPRESSED: 2,
-        Reason.APPROVAL_PENDING: 1,
-        Reason.PERMISSION_DENIED: 2,
-        Reason.TOOL_ERROR: 2,
-        Reason.CONFLICT: 1,
-    }
-    population, w = zip(*weights.items(), strict=True)
-    calls = []
-    for _ in range(n):
-        reason = rng.choices(population, w)[0]
-        tool = rng.choice(tools)
-        attempts = {Reason.RETRY_EXHAUSTED: 3, Reason.RATE_LIMITED: 1}.get(
-            reason, rng.choice([1, 1, 1, 2, 3])
-        )
-        state = ToolCall.State.SUCCEEDED
-        if reason in (Reason.OUTCOME_UNKNOWN, Reason.RETRY_EXHAUSTED, Reason.CONFLICT):
-            state = ToolCall.State.IN_REVIEW
-        elif reason == Reason.RATE_LIMITED:
-            state = ToolCall.State.RETRY_WAIT
-        calls.append(
-            make_call(
-                project=project,
-                agent=rng.choice(agents),
-                tool=tool,
-                reason=reason,
-                attempts=attempts,
-                duplicates=rng.choice([0, 0, 0, 0, 1, 2]) if tool == "create_follow_up" else 0,
-                state=state,
-                created_at=start + timedelta(minutes=rng.randrange(hours * 60)),
-                contract=contracts.get(tool),
-            )
-        )
-    return calls
-
-
-def make_contracts(project) -> dict[str, ToolContract]:
-    out = {}
-    for name, version, score in (
-        ("get_weather", 2, 92),
-        ("create_follow_up", 3, 71),
-        ("issue_refund", 1, 55),
-    ):
-        out[name] = ToolContract.objects.create(
-            project=project,
-            name=name,
-            version=version,
-            parameters={},
-            digest=uuid.uuid4().hex,
-            lint_score=score,
-            lint_findings=[{"path": "/", "message": "x"}] * ((100 - score) // 20),
-        )
-    return out
+from tests.factories import T0, BaseTestCase, make_call, make_contracts, seed_calls
 
 
 class ReportFixture(BaseTestCase):

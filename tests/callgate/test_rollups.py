@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import random
 import threading
-import uuid
 from datetime import UTC, datetime, timedelta
 
 from django.core.cache import cache
@@ -19,40 +18,10 @@ from callgate.models import Agent, CallRollup, ToolCall
 from callgate.reports import rollups
 from callgate.reports.selectors import direct_counts
 from callgate.taxonomy import TABLE, Reason
-from tests.factories import BaseTestCase
+from tests.factories import BaseTestCase, make_call
 
 REASONS = [r for r in Reason]
 STATES = [s for s in ToolCall.State]
-
-
-def make_call(
-    *,
-    project,
-    agent,
-    created_at,
-    tool="get_weather",
-    reason=Reason.OK,
-    attempts=1,
-    duplicates=0,
-    state=ToolCall.State.SUCCEEDED,
-    **extra,
-) -> ToolCall:
-    category, route = TABLE[Reason(reason)] if reason else ("", "")
-    return ToolCall.objects.create(
-        project=project,
-        agent=agent,
-        operation_id=str(uuid.uuid4()),
-        tool_name=tool,
-        state=state,
-        reason=reason,
-        category=category,
-        route=route,
-        attempts=attempts,
-        duplicates_suppressed=duplicates,
-        created_at=created_at,
-        updated_at=extra.pop("updated_at", created_at),
-        **extra,
-    )
 
 
 def rollup_counts(project) -> dict[tuple, tuple[int, int, int]]:

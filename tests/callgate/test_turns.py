@@ -4,12 +4,13 @@ sent as one call, loops, sticky refusals and approval_granted."""
 
 from __future__ import annotations
 
+from unittest import skipUnless
+
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from callgate.models import CallEvent, RequestBudget, ToolCall
-from tests.callgate.test_ingest_api import FOLLOW_UP, WEATHER
-from tests.factories import BaseTestCase, make_event
+from tests.factories import FOLLOW_UP, WEATHER, BaseTestCase, make_event
 
 TWO_CALLS = {
     "role": "assistant",
@@ -119,6 +120,9 @@ class TurnTests(BaseTestCase):
         assert [c["executed_by"] for c in calls] == ["provider", "client"]
         assert calls[0]["reason"] == "rate_limited" and calls[1]["verdict"] == "allow"
 
+    @skipUnless(
+        connection.vendor == "postgresql", "SQLite splits bulk inserts by its 999-parameter limit"
+    )
     def test_a_turn_is_applied_in_a_fixed_number_of_queries(self):
         def turn(n: int, request: str) -> dict:
             calls = [

@@ -9,10 +9,10 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from callgate.escalation import review_item_open
 from callgate.models import CallEvent, ToolCall, ToolContract
 from callgate.taxonomy import category_of, route_of
 from reviews.models import ReviewItem
-from reviews.services import review_item_open
 
 _seq = itertools.count(1)
 

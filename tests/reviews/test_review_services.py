@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.test import override_settings
 from django.utils import timezone
 
+from callgate import escalation
 from callgate.models import CallEvent, ToolCall
 from reviews import services
 from reviews.models import ReviewAudit, ReviewItem
@@ -16,15 +17,15 @@ from tests.reviews.fixtures import add_reconciled, make_call, make_contract, mak
 class ReviewItemOpenTests(BaseTestCase):
     def test_it_opens_one_item_per_call_with_an_audit_row(self):
         call = make_call(self.project, self.agent)
-        first = services.review_item_open(call=call, kind="escalation")
-        second = services.review_item_open(call=call, kind="escalation")
+        first = escalation.review_item_open(call=call, kind="escalation")
+        second = escalation.review_item_open(call=call, kind="escalation")
         assert first.pk == second.pk
         assert first.priority == 1
         assert list(first.audit.values_list("action", flat=True)) == ["opened"]
 
     def test_it_settles_open_items_with_an_audit_row(self):
         item = make_item(self.project, self.agent)
-        assert services.review_items_settle(call=item.call, note="late receipt") == 1
+        assert escalation.review_items_settle(call=item.call, note="late receipt") == 1
         item.refresh_from_db()
         assert item.status == "settled"
         row = item.audit.last()
@@ -315,9 +316,9 @@ class ReviewBulkTests(BaseTestCase):
 class ReviewBulkOpenSettleTests(BaseTestCase):
     def test_it_opens_many_items_in_a_fixed_number_of_queries(self):
         calls = [make_call(self.project, self.agent) for _ in range(6)]
-        services.review_item_open(call=calls[0], kind="escalation")
+        escalation.review_item_open(call=calls[0], kind="escalation")
         with self.assertNumQueries(5):  # existing, savepoint, items, audit rows, release
-            items = services.review_items_open_bulk(calls=[(c, "escalation") for c in calls])
+            items = escalation.review_items_open_bulk(calls=[(c, "escalation") for c in calls])
         assert len(items) == 6 and all(i.pk for i in items)
         assert ReviewAudit.objects.filter(action="opened").count() == 6
 
@@ -328,7 +329,7 @@ class ReviewBulkOpenSettleTests(BaseTestCase):
             reason="approval_expired", state="failed"
         )
         approval.call.refresh_from_db()
-        closed = services.review_items_settle_bulk(
+        closed = escalation.review_items_settle_bulk(
             calls=[escalated.call, approval.call],
             note_by_call={
                 escalated.call_id: "late receipt",

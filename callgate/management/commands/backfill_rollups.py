@@ -4,12 +4,11 @@ recomputed atomically, serialised with the periodic refresh)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django.core.management.base import BaseCommand, CommandError
 
 from callgate.models import Project
 from callgate.reports.rollups import rollups_rebuild
+from callgate.timeparse import parse_time
 
 
 class Command(BaseCommand):
@@ -31,13 +30,9 @@ class Command(BaseCommand):
         since_at = None
         if since:
             try:
-                since_at = datetime.fromisoformat(since.replace("z", "Z"))
-            except ValueError:
-                raise CommandError(
-                    f"--since must be an ISO date or date-time, got {since!r}."
-                ) from None
-            if since_at.tzinfo is None:
-                since_at = since_at.replace(tzinfo=UTC)
+                since_at = parse_time(since)
+            except ValueError as exc:
+                raise CommandError(f"--since {exc}.") from None
 
         verbosity = options.get("verbosity", 1)
 

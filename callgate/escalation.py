@@ -1,0 +1,206 @@
+"""Escalation: the review items that the call lifecycle opens and settles.
+
+When a call's route is ``review`` (or it waits for approval) it gets one open
+``reviews.ReviewItem``; when a later event settles the call (a late receipt, a
+reconciliation, an expiry) its open items close. ``ingest.events_apply`` calls this module
+in bulk for a batch. Operators' work on the items (claims, decisions) is ``reviews``'s; this
+module only uses ``reviews.models``, so the core never imports the review app's services.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from callgate.celery import enqueue_on_commit
+from callgate.models import ToolCall
+from reviews.models import ReviewAudit, ReviewItem
+
+#: Lower is more urgent: unknown outcomes of writes and approvals first.
+PRIORITY_BY_REASON = {
+    "approval_pending": 0,
+    "not_reconcilable": 1,
+    "reconcile_mismatch": 1,
+    "reconciled_absent": 1,
+    "outcome_unknown": 1,
+    "retry_exhausted": 2,
+    "conflict": 2,
+    "authentication_failed": 3,
+}
+
+
+def _audit(
+    *, item: ReviewItem, action: str, before: str, after: str, reason: str, call_after: str
+) -> None:
+    ReviewAudit.objects.create(
+        project_id=item.project_id,
+        item=item,
+        actor=None,
+        action=action,
+        state_before=before,
+        state_after=after,
+        reason=reason,
+        call_state_after=call_after,
+    )
+
+
+def _enqueue_webhook(*, item: ReviewItem, call: ToolCall) -> None:
+    """On commit, deliver the call's decision to its agent's webhook (if it has one)."""
+    if call.agent.webhook_url:
+        enqueue_on_commit("reviews.tasks.webhook_deliver", call.pk, item.pk, str(uuid.uuid4()))
+
+
+def review_item_open(*, call: ToolCall, kind: str = ReviewItem.Kind.ESCALATION) -> ReviewItem:
+    """Open an item for ``call`` unless one is open already (at most one per call)."""
+    return _open_one(call=call, kind=kind)
+
+
+def _open_one(*, call: ToolCall, kind: str) -> ReviewItem:
+    existing = ReviewItem.objects.filter(call=call, status__in=ReviewItem.OPEN_STATUSES).first()
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic():
+            item = ReviewItem.objects.create(
+                project_id=call.project_id,
+                call=call,
+                kind=kind,
+                reason=call.reason,
+                priority=PRIORITY_BY_REASON.get(call.reason, 2),
+                approval_expires_at=call.approval_expires_at
+                if kind == ReviewItem.Kind.APPROVAL
+                else None,
+            )
+            _audit(
+                item=item,
+                action=ReviewAudit.Action.OPENED,
+                before="",
+                after=item.status,
+                reason=call.reason,
+                call_after=call.state,
+            )
+            return item
+    except IntegrityError:  # a concurrent request opened it first
+        return ReviewItem.objects.get(call=call, status__in=ReviewItem.OPEN_STATUSES)
+
+
+def review_items_settle(*, call: ToolCall, note: str) -> int:
+    """Close the call's open items because a later event settled the call."""
+    return review_items_settle_bulk(calls=[call], note_by_call={call.pk: note})
+
+
+def _settled_status(call: ToolCall) -> str:
+    """An approval that ran out is ``expired`` (whoever noticed first); anything else ``settled``."""
+    return (
+        ReviewItem.Status.EXPIRED
+        if call.reason == "approval_expired"
+        else ReviewItem.Status.SETTLED
+    )
+
+
+def review_items_open_bulk(*, calls: list[tuple[ToolCall, str]]) -> list[ReviewItem]:
+    """``review_item_open`` for many calls at once (the ingest engine's batch save):
+    ``calls`` is ``[(call, kind), …]``. Two queries plus the inserts; falls back to one
+    call at a time if a concurrent request opened one of them first."""
+    if not calls:
+        return []
+    existing = {
+        i.call_id: i
+        for i in ReviewItem.objects.filter(
+            call__in=[c for c, _ in calls], status__in=ReviewItem.OPEN_STATUSES
+        )
+    }
+    new = [
+        ReviewItem(
+            project_id=call.project_id,
+            call=call,
+            kind=kind,
+            reason=call.reason,
+            priority=PRIORITY_BY_REASON.get(call.reason, 2),
+            approval_expires_at=call.approval_expires_at
+            if kind == ReviewItem.Kind.APPROVAL
+            else None,
+        )
+        for call, kind in calls
+        if call.pk not in existing
+    ]
+    if not new:
+        return list(existing.values())
+    try:
+        with transaction.atomic():
+            created = ReviewItem.objects.bulk_create(new)
+            ReviewAudit.objects.bulk_create(
+                [
+                    ReviewAudit(
+                        project_id=i.project_id,
+                        item=i,
+                        action=ReviewAudit.Action.OPENED,
+                        state_after=i.status,
+                        reason=i.reason,
+                        call_state_after=i.call.state,
+                    )
+                    for i in created
+                ]
+            )
+    except IntegrityError:  # someone opened one meanwhile: do it one by one
+        created = [
+            _open_one(call=call, kind=kind) for call, kind in calls if call.pk not in existing
+        ]
+    return list(existing.values()) + created
+
+
+def review_items_settle_bulk(*, calls: list[ToolCall], note_by_call: dict[int, str]) -> int:
+    """``review_items_settle`` for many calls (the ingest engine's batch save); the note of
+    each call is ``note_by_call[call.pk]``. The open items are locked, closed and audited.
+    Returns how many were closed."""
+    if not calls:
+        return 0
+    by_pk = {c.pk: c for c in calls}
+    now = timezone.now()
+    with transaction.atomic():
+        items = list(
+            ReviewItem.objects.select_for_update()
+            .filter(call_id__in=by_pk, status__in=ReviewItem.OPEN_STATUSES)
+            .only("pk", "project_id", "call_id", "status")
+        )
+        groups: dict[tuple[str, str], list[int]] = {}
+        for item in items:
+            call = by_pk[item.call_id]
+            groups.setdefault((_settled_status(call), note_by_call.get(call.pk, "")), []).append(
+                item.pk
+            )
+        closed = 0
+        for (status, note), pks in groups.items():
+            closed += ReviewItem.objects.filter(
+                pk__in=pks, status__in=ReviewItem.OPEN_STATUSES
+            ).update(
+                status=status,
+                resolution=status,
+                resolution_reason=note,
+                resolved_at=now,
+                updated_at=now,
+                assignee=None,
+                lease_expires_at=None,
+            )
+        for item in items:  # an expired approval: tell the agent, as review_items_expire does
+            if _settled_status(by_pk[item.call_id]) == ReviewItem.Status.EXPIRED:
+                _enqueue_webhook(item=item, call=by_pk[item.call_id])
+        ReviewAudit.objects.bulk_create(
+            [
+                ReviewAudit(
+                    project_id=i.project_id,
+                    item_id=i.pk,
+                    action=ReviewAudit.Action.SETTLED
+                    if _settled_status(by_pk[i.call_id]) == ReviewItem.Status.SETTLED
+                    else ReviewAudit.Action.EXPIRED,
+                    state_before=i.status,
+                    state_after=_settled_status(by_pk[i.call_id]),
+                    reason=note_by_call.get(i.call_id, ""),
+                    call_state_after=by_pk[i.call_id].state,
+                )
+                for i in items
+            ]
+        )
+    return closed
