@@ -13,7 +13,6 @@ import uuid
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpResponse
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from pydantic import ValidationError
 from rest_framework import exceptions, status
@@ -34,7 +33,6 @@ from callgate.ingest import call_answer
 from callgate.models import ToolCall
 from callgate.schemas import (
     EVENT_ADAPTER,
-    RFC3339,
     CallDetail,
     CallList,
     ContractIn,
@@ -49,6 +47,7 @@ from callgate.schemas import (
 from callgate.selectors import CallFilters, Cursor
 from callgate.tasks import drain_inbox_enqueue
 from callgate.taxonomy import Category, Reason
+from callgate.timeparse import RFC3339, parse_time
 from callgate.wire import MAX_JSON_DEPTH, json_depth
 
 MAX_BATCH_EVENTS = 1000
@@ -322,16 +321,17 @@ def _calls_list_query(params) -> tuple[CallFilters, Cursor | None, int, list[dic
         raw = params.get(name)
         if raw is None:
             continue
-        try:  # RFC 3339 §5.6 allows "t" and "z"; a well-formed but impossible date raises
-            moment = parse_datetime(raw.upper()) if RFC3339.fullmatch(raw) else None
-        except ValueError:
-            moment = None
-        if moment is None:
+        # RFC 3339 only; a "+" of an offset that arrived unescaped (a space) is put back
+        text = raw.replace(" ", "+") if "T" in raw.upper() else raw
+        if not RFC3339.fullmatch(text):
             errors.append(
                 {"loc": name, "msg": "must be an RFC 3339 date-time, e.g. 2026-06-15T09:00:00Z"}
             )
-        else:
-            values[name] = moment
+            continue
+        try:
+            values[name] = parse_time(raw)
+        except ValueError as exc:
+            errors.append({"loc": name, "msg": str(exc)})
     raw_limit = params.get("limit", str(CALLS_LIST_DEFAULT))
     limit = int(raw_limit) if raw_limit.isascii() and raw_limit.isdigit() else 0
     if not 1 <= limit <= CALLS_LIST_MAX:

@@ -378,8 +378,7 @@ def _map_trace(spans: list[SpanView], mapped: Mapped) -> None:
         envelope["conversation_id"] = conversation_id
     proposals: list[tuple[SpanView, dict]] = []
     attempts: list[tuple[SpanView, dict]] = []
-    proposed_ids: set[str] = set()
-    proposed_by_arguments: dict[tuple[str, bytes | str], ToolCallSeen] = {}
+    proposed: list[ToolCallSeen] = []
     tool_spans: list[tuple[SpanView, ToolSpan]] = []
     for span in sorted(spans, key=lambda s: s.end):
         try:
@@ -388,10 +387,7 @@ def _map_trace(spans: list[SpanView], mapped: Mapped) -> None:
         except SpanRejected as exc:
             mapped.rejected[(span.trace_id, span.span_id)] = str(exc)
             continue
-        for call in calls:
-            if call.call_id:
-                proposed_ids.add(call.call_id)
-            proposed_by_arguments.setdefault((call.tool, _arguments_key(call.arguments)), call)
+        proposed += calls
         if calls:
             proposals += [
                 (span, body)
@@ -399,10 +395,15 @@ def _map_trace(spans: list[SpanView], mapped: Mapped) -> None:
             ]
         elif tool is not None:
             tool_spans.append((span, tool))
+    proposed_ids = {call.call_id for call in proposed if call.call_id}
+    by_arguments: dict[tuple[str, bytes | str], ToolCallSeen] = {}  # filled when needed
     for span, tool in _without_mcp_children(tool_spans):
         call = None
         if tool.call_id is None:
-            call = proposed_by_arguments.get((tool.name, _arguments_key(tool.arguments)))
+            if not by_arguments:
+                for seen in reversed(proposed):  # the first proposal of equal calls wins
+                    by_arguments[(seen.tool, _arguments_key(seen.arguments))] = seen
+            call = by_arguments.get((tool.name, _arguments_key(tool.arguments)))
             tool.call_id = call.call_id if call else None
         if (tool.call_id and tool.call_id not in proposed_ids) or (
             not tool.call_id and call is None

@@ -135,7 +135,7 @@ class CallsListTests(BaseTestCase):
             "limit": ["0", "501", "ten", "-1", "٣"],
             "cursor": ["garbage", "MTIz", ""],
             "since": ["yesterday", "2026-06-15", "2026-06-15T09:00:00"],
-            "until": ["1718441600", "2026-13-45T09:00:00Z", "2026-02-30T25:00:00+00:00"],
+            "until": ["1718441600", "2026-13-45T09:00:00Z", "2026-02-30T23:00:00+00:00"],
             "category": ["nope", ""],
             "reason": ["oops"],
             "state": ["done"],
