@@ -1044,7 +1044,8 @@ def observe_attempt(
     (``permission_denied``, ``not_found_or_forbidden``) quotes nothing of the target."""
     name = contract.name
     what = cause_words(cause)
-    quote = causes.quote_target(cause.text)
+    # a 2xx named in the target's text is no cause, and a failure is never "HTTP 200"
+    quote = _SUCCESS_STATUS.sub("…", causes.quote_target(cause.text))
     said = f' The target said: "{quote}".' if quote else ""
     if reason == R.PERMISSION_DENIED:
         return observe_permission_denied(name)
@@ -1071,6 +1072,8 @@ def observe_attempt(
             )
     return text.format(name=name, what=what, detail=cause_detail(cause), said=said)
 
+
+_SUCCESS_STATUS = re.compile(r"(?i)\b(?:HTTP(?:/[\d.]+)?|status(?:[\s_-]?code)?)[\s:=]{0,3}2\d\d\b")
 
 #: Observations by reason ({name}: the tool, {what}: the cause read in words, {detail}: the
 #: HTTP status or JSON-RPC code named, in brackets, {said}: the target's text quoted). Retried

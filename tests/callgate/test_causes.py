@@ -487,3 +487,22 @@ def test_a_jsonrpc_error_is_a_failure_whatever_the_outcome_says():
     )
     result = classify_attempt(attempt, contract=READ, attempts_used=1, deadline_passed=False)
     assert result.reason == R.READ_FAILURE
+
+
+@pytest.mark.timeout(60)  # with backtracking that grows with the text these would hang
+@pytest.mark.parametrize(
+    "text",
+    [
+        "status" + " " * 200_000 + "x",
+        "HTTP" + "-" * 200_000,
+        "dial tcp " * 10_000,
+        "rate " * 100_000,
+        "<script" * 50_000,
+        "\x1b]" * 100_000,
+        "at x(" + ")" * 100_000 + " y",
+    ],
+    ids=["status", "http", "dial", "rate", "script", "osc", "frame"],
+)
+def test_adversarial_texts_are_read_in_linear_time(text):
+    read_failure(Failure(text=text))
+    quote_target(text)
