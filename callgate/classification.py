@@ -720,6 +720,8 @@ def attempt_cause(attempt: Attempt, contract: Contract) -> causes.Cause | None:
             return found
     rpc = attempt.jsonrpc_error or {}
     code = rpc.get("code") if isinstance(rpc.get("code"), int) else None
+    if code is not None and 400 <= code <= 599 and (status is None or status < 400):
+        status, code = code, None  # a server that puts the HTTP status in the JSON-RPC code
     texts = [attempt.error or ""]
     if isinstance(rpc.get("message"), str):
         texts.append(rpc["message"])

@@ -506,3 +506,9 @@ def test_a_jsonrpc_error_is_a_failure_whatever_the_outcome_says():
 def test_adversarial_texts_are_read_in_linear_time(text):
     read_failure(Failure(text=text))
     quote_target(text)
+
+
+def test_an_http_status_given_as_the_jsonrpc_code_is_read_as_one():
+    attempt = Attempt(sent=True, outcome="error", jsonrpc_error={"code": 429, "message": "slow"})
+    result = classify_attempt(attempt, contract=WRITE, attempts_used=1, deadline_passed=False)
+    assert result.reason == R.RATE_LIMITED
