@@ -211,16 +211,19 @@ def calls(request: HttpRequest) -> HttpResponse:
 @require_GET
 @project_view()
 def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
-    """One call: arguments, contract and its lint findings, the timeline, the outcome."""
+    """One call: arguments, contract and its lint findings, the timeline, the outcome, and
+    the model turn it came from (its sibling calls with their verdicts)."""
     call = selectors.call_for_detail(project=request.project, operation_id=operation_id)
     if call is None:
         raise Http404("No such call in this project.")
+    events = selectors.call_timeline(call=call)
     return render(
         request,
         "callgate/call_detail.html",
         {
             "call": call,
-            "events": selectors.call_timeline(call=call),
+            "events": events,
+            "turn": selectors.call_turn(events=events),
             "review_item": selectors.call_open_review_item(call=call),
             "nav_active": "calls",
         },
