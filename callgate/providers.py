@@ -26,7 +26,8 @@ the provider's call ID; one without is flagged (``missing_call_id``).
 calls the provider executed itself (Anthropic ``server_tool_use`` / ``mcp_tool_use`` with
 their ``*_tool_result`` blocks, Responses hosted tools such as ``web_search_call``) come
 back with ``executed_by = "provider"`` and their result. A single call sent in an envelope
-that holds several is flagged (``Proposal.turn_calls``): the runtime must send a ``turn``.
+that holds several is flagged (``Proposal.turn_calls``, ``envelope_calls``): the runtime
+must send a ``turn``.
 
 Pure: no Django, no I/O. Never raises on any input: output that is not a recognisable
 call comes back with ``malformed`` set, which classifies as ``malformed_call``.
