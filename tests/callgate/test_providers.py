@@ -251,3 +251,18 @@ def test_envelope_calls_counts_only_whole_responses():
     assert envelope_calls("openai", message) == 2
     assert envelope_calls("openai", {"id": "a", "function": {"name": "f", "arguments": "{}"}}) == 0
     assert normalise("openai", message).turn_calls == 2
+
+
+def test_split_turn_takes_whole_answers_and_bare_item_lists():
+    item = {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    completion = {"choices": [{"message": {"role": "assistant", "tool_calls": [item, item]}}]}
+    assert len(split_turn("openai", completion)) == 2
+    assert envelope_calls("openai", completion) == 2
+    assert [c.proposal.tool for c in split_turn("openai", [item])] == ["f"]
+    assert len(split_turn("gemini", [{"functionCall": {"name": "f", "args": {}}}])) == 1
+    converse = {
+        "output": {
+            "message": {"content": [{"toolUse": {"toolUseId": "t", "name": "f", "input": {}}}]}
+        }
+    }
+    assert split_turn("bedrock", converse)[0].proposal.call_id == "t"
