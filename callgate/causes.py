@@ -478,7 +478,28 @@ _SUCCESS_COUNTS = ("success_count", "successCount", "succeeded_count", "succeede
 _ITEM_KEYS = ("id", "item", "key", "name", "email", "index")
 #: keys that carry an item's or a marker's message
 _MESSAGE_KEYS = ("error", "message", "error_message", "errorMessage", "reason", "detail")
-_CODE_KEYS = ("code", "status", "status_code", "statusCode", "error_code", "errorCode")
+_CODE_KEYS = (
+    "code",
+    "status",
+    "status_code",
+    "statusCode",
+    "http_status",
+    "httpStatus",
+    "error_code",
+    "errorCode",
+)
+#: keys of a marker whose text tells the cause (OAuth's error_description, Telegram's
+#: description beside error_code)
+_MARKER_TEXT_KEYS = (
+    "error",
+    "message",
+    "error_message",
+    "errorMessage",
+    "error_description",
+    "description",
+    "detail",
+    "msg",
+)
 
 
 def _count(value: Any) -> int | None:
@@ -532,10 +553,17 @@ def _marker_failure(node: Mapping, source: str) -> Failure:
     for container, key in [(error, k) for k in _CODE_KEYS] + [(node, k) for k in _CODE_KEYS]:
         http, rpc = _numeric_code(container.get(key))
         status, code = status or http, code if code is not None else rpc
-    texts = _texts(node, ("error", "message", "error_message", "errorMessage", "detail"))
+    texts = _texts(node, _MARKER_TEXT_KEYS)
     for container in (error, node):  # a string code names the cause in words
         if isinstance(container.get("code"), str):
             texts.append(container["code"])
+    errors = node.get("errors")  # {"success": false, "errors": [{"message": …}]}
+    if isinstance(errors, list):
+        for item in errors[:5]:
+            if isinstance(item, str):
+                texts.append(item)
+            elif isinstance(item, Mapping):
+                texts.extend(_texts(item, _MARKER_TEXT_KEYS))
     return Failure(
         http_status=status, code=code, text="; ".join(dict.fromkeys(texts)), source=source
     )

@@ -1046,8 +1046,9 @@ def observe_attempt(
     (``permission_denied``, ``not_found_or_forbidden``) quotes nothing of the target."""
     name = contract.name
     what = cause_words(cause)
-    # a 2xx named in the target's text is no cause, and a failure is never "HTTP 200"
-    quote = _SUCCESS_STATUS.sub("…", causes.quote_target(cause.text))
+    # a 2xx named in the target's text is no cause, and a failure is never "HTTP 200"; the
+    # operation ID (which targets may echo as the idempotency key) belongs to the runtime
+    quote = _OPERATION_ID.sub("…", _SUCCESS_STATUS.sub("…", causes.quote_target(cause.text)))
     said = f' The target said: "{quote}".' if quote else ""
     if reason == R.PERMISSION_DENIED:
         return observe_permission_denied(name)
@@ -1075,6 +1076,7 @@ def observe_attempt(
     return text.format(name=name, what=what, detail=cause_detail(cause), said=said)
 
 
+_OPERATION_ID = re.compile(r"\bop_[0-9a-f]{16,}\b")
 _SUCCESS_STATUS = re.compile(r"(?i)\b(?:HTTP(?:/[\d.]+)?|status(?:[\s_-]?code)?)[\s:=]{0,3}2\d\d\b")
 
 #: Observations by reason ({name}: the tool, {what}: the cause read in words, {detail}: the

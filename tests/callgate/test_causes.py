@@ -512,3 +512,27 @@ def test_an_http_status_given_as_the_jsonrpc_code_is_read_as_one():
     attempt = Attempt(sent=True, outcome="error", jsonrpc_error={"code": 429, "message": "slow"})
     result = classify_attempt(attempt, contract=WRITE, attempts_used=1, deadline_passed=False)
     assert result.reason == R.RATE_LIMITED
+
+
+@pytest.mark.parametrize(
+    ("result", "status"),
+    [
+        ({"success": False, "errors": [{"message": "Invalid API key"}]}, 401),
+        ({"ok": False, "error_code": 429, "description": "Too Many Requests: retry after 5"}, 429),
+        ({"error": "invalid_grant", "error_description": "Token has been expired or revoked"}, 401),
+        ({"status": "error", "httpStatus": 503}, 503),
+    ],
+)
+def test_a_markers_text_and_status_come_from_the_usual_keys(result, status):
+    assert read_result(result, mcp=False).status == status
+
+
+def test_an_operation_id_echoed_by_the_target_is_not_quoted():
+    attempt = Attempt(
+        sent=True,
+        outcome="error",
+        http_status=422,
+        error="Idempotency-Key op_0123456789abcdef0123456789abcdef was used with other params",
+    )
+    result = classify_attempt(attempt, contract=WRITE, attempts_used=1, deadline_passed=False)
+    assert "op_" not in result.observation and "other params" in result.observation
