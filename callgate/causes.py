@@ -592,15 +592,19 @@ def _item_message(item: Any) -> str:
 
 def _partial(node: Mapping, source: str) -> Cause | None:
     """A batch result that reports failed items: ``PARTIAL`` beside evidence of success,
-    else (every item failed) the cause its items' messages name."""
+    else (every item failed) the cause its items' messages name. Without a failed list, the
+    items of a success list that carry an error marker of their own are the failed ones."""
     failed = next((node[k] for k in _FAILED_LISTS if isinstance(node.get(k), list) and node[k]), [])
     failed_count = max([_count(node.get(k)) or 0 for k in _FAILED_COUNTS] + [len(failed)])
     if not failed_count:
         return None
+    listed = [item for k in _SUCCESS_LISTS if isinstance(node.get(k), list) for item in node[k]]
+    if not failed:  # {"results": [{"id": 2, "status": "failed", …}], "failed_count": 1}
+        failed = [item for item in listed if isinstance(item, Mapping) and _marker(item)]
     items = tuple(
         FailedItem(_item_label(item, i), _item_message(item)) for i, item in enumerate(failed)
     )
-    succeeded = any(isinstance(node.get(k), list) and node[k] for k in _SUCCESS_LISTS) or any(
+    succeeded = any(not (isinstance(item, Mapping) and _marker(item)) for item in listed) or any(
         (_count(node.get(k)) or 0) > 0 for k in _SUCCESS_COUNTS
     )
     if succeeded:

@@ -536,3 +536,21 @@ def test_an_operation_id_echoed_by_the_target_is_not_quoted():
     )
     result = classify_attempt(attempt, contract=WRITE, attempts_used=1, deadline_passed=False)
     assert "op_" not in result.observation and "other params" in result.observation
+
+
+def test_failed_items_inside_the_results_list_are_named():
+    result = {
+        "results": [
+            {"id": "C-1", "status": "ok"},
+            {"id": "C-2", "status": "failed", "error": "dup"},
+        ],
+        "failed_count": 1,
+    }
+    cause = read_result(result, mcp=False)
+    assert cause.kind == causes.PARTIAL
+    assert [(i.item, i.error) for i in cause.failed_items] == [("C-2", "dup")]
+    every = {
+        "results": [{"id": "C-2", "success": False, "message": "rate limited"}],
+        "failed_count": 1,
+    }
+    assert read_result(every, mcp=False).status == 429  # no success beside it
