@@ -622,8 +622,9 @@ def _reask_budget(result: Verdict, name: str, max_reasks: int, reasks_used: int)
     return verdict(
         R.REASK_EXHAUSTED,
         f"{name} was not executed: {EXHAUSTED_CAUSE.get(result.reason, 'it failed again')} "
-        f"after {reasks_used} correction(s). Stop calling {name} for this request and tell "
-        "the user what went wrong." + ("\n" + "\n".join(found) if found else ""),
+        f"(already re-asked {reasks_used} time(s) in this request). Stop calling {name} for "
+        "this request and tell the user what went wrong."
+        + ("\n" + "\n".join(found) if found else ""),
         problems=result.problems,
         underlying=result.reason,
     )
@@ -648,8 +649,22 @@ EXHAUSTED_CAUSE = {
 
 def spend_reask(result: Verdict, *, name: str, max_reasks: int, reasks_used: int) -> Verdict:
     """An execution outcome routed ``reask`` (``tool_error``, ``partial_failure``,
-    ``reference_not_found``) through the request's re-ask budget, like a gate problem."""
-    return _reask_budget(result, name, max_reasks, reasks_used)
+    ``reference_not_found``) through the request's re-ask budget, like a gate problem. The
+    call ran: its observation says it failed again, keeps the first sentence of the cause
+    that was read (when that sentence invites nothing) and never invites another call."""
+    if result.reason not in REASK_REASONS or reasks_used < max_reasks:
+        return result
+    first = result.observation.split("\n")[0].split(". ")[0].strip().rstrip(".")
+    cause = (
+        f" {first}." if first and not re.search(r"again|retry|correct|change", first, re.I) else ""
+    )
+    return verdict(
+        R.REASK_EXHAUSTED,
+        f"{name} failed again (already re-asked {reasks_used} time(s) in this request): "
+        f"{EXHAUSTED_CAUSE.get(result.reason, 'it still fails')}.{cause} Stop calling {name} "
+        "for this request and tell the user what went wrong.",
+        underlying=result.reason,
+    )
 
 
 # --- attempts and later events ------------------------------------------------------------

@@ -524,7 +524,9 @@ def _anthropic_result(block: dict) -> ProviderResult:
     is a failure whose ``error_code`` names its cause (TAXONOMY v2); an ``mcp_tool_result``
     is an MCP ``CallToolResult``."""
     content = block.get("content")
-    if isinstance(content, dict) and str(content.get("type", "")).endswith("_tool_result_error"):
+    if isinstance(content, dict) and (
+        str(content.get("type", "")).endswith("_error") or "error_code" in content
+    ):  # web_search_tool_result_error, code_execution_tool_result_error, web_fetch_tool_error…
         code = str(content.get("error_code") or "")
         status = ANTHROPIC_ERROR_STATUS.get(code)
         return ProviderResult(

@@ -266,3 +266,40 @@ def test_split_turn_takes_whole_answers_and_bare_item_lists():
         }
     }
     assert split_turn("bedrock", converse)[0].proposal.call_id == "t"
+
+
+@pytest.mark.parametrize(
+    "content,status,error",
+    [
+        (
+            {"type": "web_search_tool_result_error", "error_code": "too_many_requests"},
+            429,
+            "too_many_requests",
+        ),
+        (
+            {"type": "web_fetch_tool_error", "error_code": "url_not_accessible"},
+            None,
+            "url not accessible",
+        ),
+        (
+            {"type": "code_execution_tool_result_error", "error_code": "unavailable"},
+            503,
+            "unavailable",
+        ),
+    ],
+)
+def test_anthropic_server_tool_errors_name_their_cause(content, status, error):
+    [call] = split_turn(
+        "anthropic",
+        {
+            "content": [
+                {"type": "server_tool_use", "id": "s", "name": "web_fetch", "input": {}},
+                {"type": "web_fetch_tool_result", "tool_use_id": "s", "content": content},
+            ]
+        },
+    )
+    assert (call.result.outcome, call.result.http_status, call.result.error) == (
+        "error",
+        status,
+        error,
+    )
