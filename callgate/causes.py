@@ -23,8 +23,10 @@ in plain words ("rate limit read from the result body"), which the call's event 
 ``callgate.classification`` maps a ``Cause`` to a reason with the contract's effect.
 
 Pure: no Django, no I/O. The texts come from targets and may be of any length, so every
-pattern runs in RE2 (linear time in the text, like the patterns of contracts), compiled once;
-the reader runs only on failures and on successful results that carry a marker.
+pattern runs in time linear in the text: the phrase families, statuses and markup in RE2,
+the others (anchored on a word, each repetition bounded) in Python's ``re``. The patterns are
+compiled once; the reader runs only on failures and on successful results that carry a
+marker, and reads the phrases only when the steps before name nothing.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def _server_error_code(code: int) -> bool:
 def _words(*phrases: str) -> str:
     """A regex matching any of ``phrases``, the words of each joined by optional spaces,
     underscores or hyphens (``not found`` also matches ``NotFound``, ``not_found``)."""
-    return "|".join(r"[\s_-]*".join(re.escape(w) for w in p.split()) for p in phrases)
+    return "|".join(r"[\s_-]{0,3}".join(re.escape(w) for w in p.split()) for p in phrases)
 
 
 _RE2_OPTIONS = re2.Options()
@@ -88,7 +90,8 @@ def _re2(pattern: str):
 class PhraseFamily:
     """One row of the taxonomy's phrase table: what a match means (``kind``, and the HTTP
     status it counts as), the label used when saying how the cause was read, and the
-    compiled ``pattern`` (``words`` finds the phrase itself inside a match)."""
+    compiled ``pattern`` (RE2; ``words``, for a guarded family, finds the phrase itself
+    inside a match)."""
 
     label: str
     kind: str
@@ -104,8 +107,8 @@ def _family(
     letter stands just before them ("accurate limit" is no rate limit, while
     "OpenAIRateLimitError" is)."""
     pattern = f"(?i:{regex})" + (f"|(?:^|[^a-z])(?i:{guarded})" if guarded else "")
-    words = f"(?i:{regex}" + (f"|{guarded})" if guarded else ")")
-    return PhraseFamily(label, kind, status, _re2(pattern), _re2(words))
+    words = _re2(f"(?i:{regex}|{guarded})") if guarded else None
+    return PhraseFamily(label, kind, status, _re2(pattern), words)
 
 
 #: TAXONOMY v2 step 4, in order: the first family that matches decides. Beside each
@@ -118,7 +121,7 @@ PHRASE_FAMILIES: tuple[PhraseFamily, ...] = (
         None,
         r"connect\s+ETIMEDOUT|"
         + _words("connect timeout", "connection refused", "name or service not known")
-        + r"|dial\s+tcp\b[^\n]*?i/o\s+timeout|ECONNREFUSED|getaddrinfo|ENOTFOUND|EHOSTUNREACH|"
+        + r"|dial\s+tcp\b[^\n]{0,300}?i/o\s+timeout|ECONNREFUSED|getaddrinfo|ENOTFOUND|EHOSTUNREACH|"
         r"ENETUNREACH|nodename nor servname|temporary failure in name resolution|"
         r"could not resolve host|no route to host|network is unreachable|"
         # aiohttp's ClientConnectorError, urllib3's NewConnectionError
@@ -256,19 +259,20 @@ _REASON_PHRASES = (
     "gateway time-?out"
 )
 STATUS_IN_TEXT = _re2(
-    r"(?i)\bHTTP(?:/\d(?:\.\d)?)?(?:\s*(?:error|status|code))?[\s:#=-]*(\d{3})\b"
-    r"|\bstatus(?:[\s_-]*code)?[\"']?\s*(?:[:=]|\bis\b|\bof\b)?\s*[\"']?(\d{3})\b"
-    r"|\b(?:error|response)[\s_-]*code[\"']?\s*[:=]?\s*[\"']?(\d{3})\b"
-    r"|[\"']code[\"']\s*:\s*(\d{3})\b"
-    r"|\b(\d{3})\s+(?:Client|Server)\s+Error\b"  # requests: "500 Server Error: … for url"
-    r"|\berror[\s:#]*(\d{3})\b"
-    rf"|\(?\b(\d{{3}})\)?[\s:-]+(?:{_REASON_PHRASES})\b"
+    r"(?i)\bHTTP(?:/\d(?:\.\d)?)?(?:\s{0,3}(?:error|status|code))?[\s:#=-]{0,4}(\d{3})\b"
+    r"|\bstatus(?:[\s_-]{0,2}code)?[\"']?\s{0,3}(?:[:=]|\bis\b|\bof\b)?\s{0,3}[\"']?(\d{3})\b"
+    r"|\b(?:error|response)[\s_-]{0,2}code[\"']?\s{0,3}[:=]?\s{0,3}[\"']?(\d{3})\b"
+    r"|[\"']code[\"']\s{0,3}:\s{0,3}(\d{3})\b"
+    r"|\b(\d{3})\s{1,3}(?:Client|Server)\s{1,3}Error\b"  # requests: "500 Server Error: …"
+    r"|\berror[\s:#]{0,4}(\d{3})\b"
+    rf"|\(?\b(\d{{3}})\)?[\s:-]{{1,4}}(?:{_REASON_PHRASES})\b"
 )
 
 #: A JSON-RPC error code named in a text: "MCP error -32601", "JSON-RPC error -32602",
 #: ``"code": -32603``, "code = -32000".
-JSONRPC_IN_TEXT = _re2(
-    r"(?i)(?:mcp[\s_-]*error|json[\s_-]*rpc(?:[\s_-]*error)?|error|code)[\W_]{0,3}(-32[0-7]\d\d)\b"
+JSONRPC_IN_TEXT = re.compile(
+    r"(?i)(?:mcp[\s_-]{0,2}error|json[\s_-]{0,2}rpc(?:[\s_-]{0,2}error)?|error|code)[\W_]{0,3}"
+    r"(-32[0-7]\d\d)\b"
 )
 
 #: A 404 whose text speaks of access, sharing, permission or visibility may hide a
@@ -292,14 +296,29 @@ def jsonrpc_code_in_text(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def phrase_in_text(text: str) -> tuple[PhraseFamily, str] | None:
-    """The first phrase family (in the taxonomy's order) that matches ``text``, and the match."""
+def _family_set():
+    """Every family in one RE2 set: one pass over the text says which families match."""
+    families = re2.Set.SearchSet(_RE2_OPTIONS)
     for family in PHRASE_FAMILIES:
-        match = family.pattern.search(text)
-        if match:
-            words = family.words.search(match.group(0))
-            return family, words.group(0) if words else match.group(0)
-    return None
+        families.Add(family.pattern.pattern)
+    families.Compile()
+    return families
+
+
+_FAMILY_SET = _family_set()
+
+
+def phrase_in_text(text: str) -> tuple[PhraseFamily, str] | None:
+    """The first phrase family (in the taxonomy's order) that matches ``text``, and the
+    phrase it matched."""
+    matched = _FAMILY_SET.Match(text)
+    if not matched:
+        return None
+    family = PHRASE_FAMILIES[min(matched)]
+    found = family.pattern.search(text).group(0)
+    if family.words is not None:  # drop the character before a guarded phrase
+        found = family.words.search(found).group(0)
+    return family, found
 
 
 # --- what the reader returns ----------------------------------------------------------------
@@ -363,12 +382,12 @@ def read_failure(failure: Failure) -> Cause:
     # 1. outcome and sent
     if failure.outcome == "circuit_open":
         return Cause(CIRCUIT_OPEN, text=text, said="outcome circuit_open")
-    found = phrase_in_text(text) if text else None
     if failure.sent is False:
-        cause = _read_text_and_status(failure, found)
+        cause = _read_text_and_status(failure)
         status = cause.status if cause.kind == STATUS else None
         return Cause(NOT_SENT, status=status, text=text, said="sent: false")
     if failure.outcome in ("timeout", "connection_reset"):
+        found = phrase_in_text(text) if text else None
         if found and found[0].kind == NOT_SENT:
             return Cause(
                 NOT_SENT, text=text, said=f"a connect failure ('{found[1]}') named in {source}"
@@ -385,7 +404,7 @@ def read_failure(failure: Failure) -> Cause:
         if code in (-32700, -32600):
             return Cause(ENVELOPE, code=code, text=text, said=f"{name} from {where}")
         if _server_error_code(code):
-            read = _read_text(text, source, found)
+            read = _read_text(text, source)
             if read is not None:
                 other, words = read
                 where_said = "its message" if failure.code is not None else source
@@ -398,23 +417,23 @@ def read_failure(failure: Failure) -> Cause:
                 said=f"{name} from {where}: a server error",
             )
     # 3. an HTTP error status, 4. the text, 5. nothing
-    cause = _read_text_and_status(failure, found)
+    cause = _read_text_and_status(failure)
     return _replace(cause, code=code) if code is not None else cause
 
 
-def _read_text_and_status(failure: Failure, found) -> Cause:
+def _read_text_and_status(failure: Failure) -> Cause:
     status = failure.http_status
     if status is not None and 400 <= status <= 599:
         return Cause(
             STATUS, status=status, status_named=True, text=failure.text, said=f"HTTP {status}"
         )
-    read = _read_text(failure.text, failure.source, found)
+    read = _read_text(failure.text, failure.source)
     if read is not None:
         return read[0]
     return Cause(NONE, text=failure.text, said=f"no cause named in {failure.source}")
 
 
-def _read_text(text: str, source: str, found) -> tuple[Cause, str] | None:
+def _read_text(text: str, source: str) -> tuple[Cause, str] | None:
     """Step 4: an HTTP status named in ``text``, else the first phrase family; with the
     words that named it."""
     if not text:
@@ -431,6 +450,7 @@ def _read_text(text: str, source: str, found) -> tuple[Cause, str] | None:
             said=f"HTTP {status} ({words}) named in {source}",
         )
         return cause, words
+    found = phrase_in_text(text)
     if found:
         family, words = found
         words = f"'{_quote_short(words)}'"
@@ -458,7 +478,28 @@ _SUCCESS_COUNTS = ("success_count", "successCount", "succeeded_count", "succeede
 _ITEM_KEYS = ("id", "item", "key", "name", "email", "index")
 #: keys that carry an item's or a marker's message
 _MESSAGE_KEYS = ("error", "message", "error_message", "errorMessage", "reason", "detail")
-_CODE_KEYS = ("code", "status", "status_code", "statusCode", "error_code", "errorCode")
+_CODE_KEYS = (
+    "code",
+    "status",
+    "status_code",
+    "statusCode",
+    "http_status",
+    "httpStatus",
+    "error_code",
+    "errorCode",
+)
+#: keys of a marker whose text tells the cause (OAuth's error_description, Telegram's
+#: description beside error_code)
+_MARKER_TEXT_KEYS = (
+    "error",
+    "message",
+    "error_message",
+    "errorMessage",
+    "error_description",
+    "description",
+    "detail",
+    "msg",
+)
 
 
 def _count(value: Any) -> int | None:
@@ -512,10 +553,17 @@ def _marker_failure(node: Mapping, source: str) -> Failure:
     for container, key in [(error, k) for k in _CODE_KEYS] + [(node, k) for k in _CODE_KEYS]:
         http, rpc = _numeric_code(container.get(key))
         status, code = status or http, code if code is not None else rpc
-    texts = _texts(node, ("error", "message", "error_message", "errorMessage", "detail"))
+    texts = _texts(node, _MARKER_TEXT_KEYS)
     for container in (error, node):  # a string code names the cause in words
         if isinstance(container.get("code"), str):
             texts.append(container["code"])
+    errors = node.get("errors")  # {"success": false, "errors": [{"message": …}]}
+    if isinstance(errors, list):
+        for item in errors[:5]:
+            if isinstance(item, str):
+                texts.append(item)
+            elif isinstance(item, Mapping):
+                texts.extend(_texts(item, _MARKER_TEXT_KEYS))
     return Failure(
         http_status=status, code=code, text="; ".join(dict.fromkeys(texts)), source=source
     )
@@ -544,15 +592,19 @@ def _item_message(item: Any) -> str:
 
 def _partial(node: Mapping, source: str) -> Cause | None:
     """A batch result that reports failed items: ``PARTIAL`` beside evidence of success,
-    else (every item failed) the cause its items' messages name."""
+    else (every item failed) the cause its items' messages name. Without a failed list, the
+    items of a success list that carry an error marker of their own are the failed ones."""
     failed = next((node[k] for k in _FAILED_LISTS if isinstance(node.get(k), list) and node[k]), [])
     failed_count = max([_count(node.get(k)) or 0 for k in _FAILED_COUNTS] + [len(failed)])
     if not failed_count:
         return None
+    listed = [item for k in _SUCCESS_LISTS if isinstance(node.get(k), list) for item in node[k]]
+    if not failed:  # {"results": [{"id": 2, "status": "failed", …}], "failed_count": 1}
+        failed = [item for item in listed if isinstance(item, Mapping) and _marker(item)]
     items = tuple(
         FailedItem(_item_label(item, i), _item_message(item)) for i, item in enumerate(failed)
     )
-    succeeded = any(isinstance(node.get(k), list) and node[k] for k in _SUCCESS_LISTS) or any(
+    succeeded = any(not (isinstance(item, Mapping) and _marker(item)) for item in listed) or any(
         (_count(node.get(k)) or 0) > 0 for k in _SUCCESS_COUNTS
     )
     if succeeded:
@@ -654,10 +706,10 @@ _MARKUP = _re2(
     r"(?is)<script\b.*?</script\s*>|<style\b.*?</style\s*>|<!--.*?-->|<!doctype[^>]*>"
     rf"|</?(?:{_HTML_TAGS})\b[^<>]*>"
 )
-_ANSI = _re2(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: lines of a stack trace: Java/JS "at …", Python "File …" and "Traceback", Go frames
-_STACK_LINE = _re2(
+_STACK_LINE = re.compile(
     r"^\s*(?:at\s+(?:async\s+|new\s+)?[\w$.<>\[\]/\\:-]+(?:\s*\(.*\))?\s*$|\.\.\.\s*\d+\s+more"
     r"|File\s+\"|[~^]*\^[~^]*\s*$|goroutine\s+\d+|/\S+\.go:\d+)"
 )
@@ -669,7 +721,8 @@ def quote_target(text: str | None, limit: int = QUOTE_CHARS) -> str:
     characters (with an ellipsis)."""
     if not text:
         return ""
-    text = _ANSI.sub("", text)
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
     if "<" in text:
         text = html.unescape(_MARKUP.sub(" ", text))
     lines, in_traceback = [], False

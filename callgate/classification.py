@@ -622,8 +622,9 @@ def _reask_budget(result: Verdict, name: str, max_reasks: int, reasks_used: int)
     return verdict(
         R.REASK_EXHAUSTED,
         f"{name} was not executed: {EXHAUSTED_CAUSE.get(result.reason, 'it failed again')} "
-        f"after {reasks_used} correction(s). Stop calling {name} for this request and tell "
-        "the user what went wrong." + ("\n" + "\n".join(found) if found else ""),
+        f"(already re-asked {reasks_used} time(s) in this request). Stop calling {name} for "
+        "this request and tell the user what went wrong."
+        + ("\n" + "\n".join(found) if found else ""),
         problems=result.problems,
         underlying=result.reason,
     )
@@ -648,8 +649,22 @@ EXHAUSTED_CAUSE = {
 
 def spend_reask(result: Verdict, *, name: str, max_reasks: int, reasks_used: int) -> Verdict:
     """An execution outcome routed ``reask`` (``tool_error``, ``partial_failure``,
-    ``reference_not_found``) through the request's re-ask budget, like a gate problem."""
-    return _reask_budget(result, name, max_reasks, reasks_used)
+    ``reference_not_found``) through the request's re-ask budget, like a gate problem. The
+    call ran: its observation says it failed again, keeps the first sentence of the cause
+    that was read (when that sentence invites nothing) and never invites another call."""
+    if result.reason not in REASK_REASONS or reasks_used < max_reasks:
+        return result
+    first = result.observation.split("\n")[0].split(". ")[0].strip().rstrip(".")
+    cause = (
+        f" {first}." if first and not re.search(r"again|retry|correct|change", first, re.I) else ""
+    )
+    return verdict(
+        R.REASK_EXHAUSTED,
+        f"{name} failed again (already re-asked {reasks_used} time(s) in this request): "
+        f"{EXHAUSTED_CAUSE.get(result.reason, 'it still fails')}.{cause} Stop calling {name} "
+        "for this request and tell the user what went wrong.",
+        underlying=result.reason,
+    )
 
 
 # --- attempts and later events ------------------------------------------------------------
@@ -720,6 +735,8 @@ def attempt_cause(attempt: Attempt, contract: Contract) -> causes.Cause | None:
             return found
     rpc = attempt.jsonrpc_error or {}
     code = rpc.get("code") if isinstance(rpc.get("code"), int) else None
+    if code is not None and 400 <= code <= 599 and (status is None or status < 400):
+        status, code = code, None  # a server that puts the HTTP status in the JSON-RPC code
     texts = [attempt.error or ""]
     if isinstance(rpc.get("message"), str):
         texts.append(rpc["message"])
@@ -1044,7 +1061,9 @@ def observe_attempt(
     (``permission_denied``, ``not_found_or_forbidden``) quotes nothing of the target."""
     name = contract.name
     what = cause_words(cause)
-    quote = causes.quote_target(cause.text)
+    # a 2xx named in the target's text is no cause, and a failure is never "HTTP 200"; the
+    # operation ID (which targets may echo as the idempotency key) belongs to the runtime
+    quote = _OPERATION_ID.sub("…", _SUCCESS_STATUS.sub("…", causes.quote_target(cause.text)))
     said = f' The target said: "{quote}".' if quote else ""
     if reason == R.PERMISSION_DENIED:
         return observe_permission_denied(name)
@@ -1071,6 +1090,9 @@ def observe_attempt(
             )
     return text.format(name=name, what=what, detail=cause_detail(cause), said=said)
 
+
+_OPERATION_ID = re.compile(r"\bop_[0-9a-f]{16,}\b")
+_SUCCESS_STATUS = re.compile(r"(?i)\b(?:HTTP(?:/[\d.]+)?|status(?:[\s_-]?code)?)[\s:=]{0,3}2\d\d\b")
 
 #: Observations by reason ({name}: the tool, {what}: the cause read in words, {detail}: the
 #: HTTP status or JSON-RPC code named, in brackets, {said}: the target's text quoted). Retried

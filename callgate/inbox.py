@@ -467,6 +467,8 @@ def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
             "kind": event.kind,
             "errors": [],
             "answer": _answer_as_left(event),
+            "cause": event.cause or None,
+            "failed_items": event.failed_items,
         }
         turn = event.body.get("turn") if isinstance(event.body, dict) else None
         if turn and event.kind == "proposed":

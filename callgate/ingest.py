@@ -53,7 +53,7 @@ from callgate.schemas import (
     ReconciledEvent,
     TurnEvent,
 )
-from callgate.taxonomy import REASK_REASONS, STICKY_REASONS, Reason, Route
+from callgate.taxonomy import REASK_REASONS, REFUSALS, STICKY_REASONS, Reason, Route
 from callgate.wire import canonical_arguments, cut_texts, derive_operation_id, redact
 
 S = ToolCall.State
@@ -190,19 +190,6 @@ def turn_event_ids(event_id: uuid.UUID | str, count: int) -> list[uuid.UUID]:
     is recognised and ``GET /api/v1/events/{event_id}`` finds them all)."""
     first = uuid.UUID(str(event_id))
     return [first] + [uuid.uuid5(TURN_NAMESPACE, f"{first}/{index}") for index in range(1, count)]
-
-
-#: Reasons that refuse a proposal without touching a call that already exists under its
-#: operation ID (TAXONOMY v2 "Sticky refusals": the refusal lives on its own event).
-REFUSALS = frozenset(
-    {
-        Reason.IDEMPOTENCY_MISMATCH,
-        Reason.DUPLICATE_SUPPRESSED,
-        Reason.DUPLICATE_IN_FLIGHT,
-        Reason.LOOP_DETECTED,
-        *STICKY_REASONS,
-    }
-)
 
 
 def _no_contract_view(name: str) -> cls.Contract:

@@ -26,7 +26,8 @@ the provider's call ID; one without is flagged (``missing_call_id``).
 calls the provider executed itself (Anthropic ``server_tool_use`` / ``mcp_tool_use`` with
 their ``*_tool_result`` blocks, Responses hosted tools such as ``web_search_call``) come
 back with ``executed_by = "provider"`` and their result. A single call sent in an envelope
-that holds several is flagged (``Proposal.turn_calls``): the runtime must send a ``turn``.
+that holds several is flagged (``Proposal.turn_calls``, ``envelope_calls``): the runtime
+must send a ``turn``.
 
 Pure: no Django, no I/O. Never raises on any input: output that is not a recognisable
 call comes back with ``malformed`` set, which classifies as ``malformed_call``.
@@ -431,6 +432,13 @@ def _items(response: Any, key: str, loc: str) -> list:
 
 
 def _turn_openai(response: Any) -> list[TurnCall]:
+    if isinstance(response, dict) and isinstance(response.get("choices"), list):
+        choices = response["choices"]  # the whole Chat Completions answer
+        if len(choices) != 1 or not isinstance(choices[0], dict):
+            raise TurnError(
+                "response.choices", "expected exactly one choice (send each as its own turn)"
+            )
+        response = choices[0].get("message")
     items = _items(response, "tool_calls", "response")
     return [TurnCall(item, normalise("openai", item)) for item in items]
 
@@ -516,7 +524,9 @@ def _anthropic_result(block: dict) -> ProviderResult:
     is a failure whose ``error_code`` names its cause (TAXONOMY v2); an ``mcp_tool_result``
     is an MCP ``CallToolResult``."""
     content = block.get("content")
-    if isinstance(content, dict) and str(content.get("type", "")).endswith("_tool_result_error"):
+    if isinstance(content, dict) and (
+        str(content.get("type", "")).endswith("_error") or "error_code" in content
+    ):  # web_search_tool_result_error, code_execution_tool_result_error, web_fetch_tool_error…
         code = str(content.get("error_code") or "")
         status = ANTHROPIC_ERROR_STATUS.get(code)
         return ProviderResult(
@@ -570,6 +580,16 @@ def _turn_bedrock(response: Any) -> list[TurnCall]:
     ]
 
 
+#: Where each format's response keeps its items (a turn sent as a bare list of them).
+_LIST_KEYS = {
+    "openai": "tool_calls",
+    "ollama": "tool_calls",
+    "openai_responses": "output",
+    "anthropic": "content",
+    "bedrock": "content",
+    "gemini": "parts",
+}
+
 _TURN_SPLITTERS = {
     "openai": _turn_openai,
     "openai_responses": _turn_responses,
@@ -587,6 +607,8 @@ def split_turn(format: str, response: Any) -> list[TurnCall]:
     splitter = _TURN_SPLITTERS.get(format)
     if splitter is None:
         raise TurnError("format", f"a turn's format must be one of {', '.join(TURN_FORMATS)}")
+    if isinstance(response, list):  # the items alone, without their message
+        response = {_LIST_KEYS[format]: response}
     calls = splitter(response)
     return [_flag_id(format, c) for c in calls]
 
@@ -604,7 +626,7 @@ def _flag_id(format: str, turn_call: TurnCall) -> TurnCall:
 
 #: The key that marks a whole response sent where one call belongs, per format.
 _ENVELOPE_KEYS = {
-    "openai": ("tool_calls", "role"),
+    "openai": ("tool_calls", "role", "choices"),
     "ollama": ("tool_calls", "message", "role"),
     "openai_responses": ("output",),
     "anthropic": ("content", "role"),

@@ -400,6 +400,11 @@ class EventResult(BaseModel):
     errors: list[FieldError] = []
 
 
+class FailedItem(BaseModel):
+    item: str = Field(description="How the result names the failed item: its ID, or 'index N'.")
+    error: str = Field(description="Its error message, if the result gives one.")
+
+
 class EventStatus(BaseModel):
     """Where one received event stands (``GET /api/v1/events/{event_id}``)."""
 
@@ -420,6 +425,14 @@ class EventStatus(BaseModel):
             "For an applied event: the answer as this event left the call (reason, category, route, verdict, "
             "observation, state); attempts, receipt and decision are the call's now."
         )
+    )
+    cause: str | None = Field(
+        None,
+        description="For an attempt that failed: how its cause was read, e.g. 'JSON-RPC -32603 "
+        "(internal error) with 'rate limit' in its message' (TAXONOMY v2).",
+    )
+    failed_items: list[FailedItem] | None = Field(
+        None, description="For a partial failure: the failed items the result names."
     )
 
 

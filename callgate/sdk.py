@@ -782,6 +782,32 @@ class CallgateClient:
         )
         return CallAnswer.model_validate(self._request("POST", "/api/v1/calls", body).json())
 
+    def check_turn(
+        self,
+        format: Format,
+        response: Any,
+        *,
+        request_id: str | None = None,
+        actor: str | None = None,
+    ) -> list[CallAnswer]:
+        """Ask the gate about a whole model response (parallel tool calls, TAXONOMY v2) in
+        one round trip: ``POST /api/v1/calls`` with ``turn``. One ``CallAnswer`` per call of
+        the response, in order (``call_id`` and ``executed_by`` among its extra fields);
+        calls the provider executed itself are recorded, never to be executed here. Raises
+        like ``check``."""
+        body = _drop_none(
+            {
+                "format": format,
+                "turn": response,
+                "request_id": request_id,
+                "actor": actor or self.actor,
+                "event_id": str(uuid.uuid4()),
+                "occurred_at": now_rfc3339(),
+            }
+        )
+        answer = self._request("POST", "/api/v1/calls", body).json()
+        return [CallAnswer.model_validate(call) for call in answer["calls"]]
+
     def get_call(self, operation_id: str) -> CallAnswer:
         """callgate's current answer about an operation: ``GET /api/v1/calls/{operation_id}``."""
         return CallAnswer.model_validate(

@@ -221,7 +221,8 @@ def calls(request: HttpRequest) -> HttpResponse:
 @require_GET
 @project_view()
 def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
-    """One call: arguments, contract and its lint findings, the timeline, the outcome."""
+    """One call: arguments, contract and its lint findings, the timeline, the outcome, and
+    the model turn it came from (its sibling calls with their verdicts)."""
     call = selectors.call_for_detail(project=request.project, operation_id=operation_id)
     if call is None:
         raise Http404("No such call in this project.")
@@ -234,6 +235,7 @@ def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
             "events": events,
             # the latest execution whose failure was read: what the reader found, shown apart
             "cause_event": next((e for e in reversed(events) if e.cause), None),
+            "turn": selectors.call_turn(events=events),
             "review_item": selectors.call_open_review_item(call=call),
             "nav_active": "calls",
         },

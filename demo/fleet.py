@@ -1065,6 +1065,61 @@ class Fleet:
             "finance-bot", "issue_payout", self.payout_args(), self.payout, wait_limit=5
         )
 
+    def ep_missing_call_id(self):
+        # a streaming client lost the tool call's id while assembling the chunks
+        client = self.agent("shop-bot")
+        rid, _ = self.ids()
+        call = {
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Oslo"})},
+        }
+        client.check("openai", call, request_id=rid)
+
+    def ep_parallel_turn(self):
+        """One Claude message with four tool calls: the second reuses the first's ID
+        (``duplicate_call_id``), the fourth repeats the third's write (``duplicate_in_flight``);
+        the allowed ones run and report their attempts by operation ID."""
+        client = self.agent("support-bot")
+        rid, cid = self.ids()
+        follow_up = self.follow_up_args()
+        blocks = [
+            ("get_weather", {"city": self.rng.choice(CITIES)}, f"{cid}_a"),
+            ("search_products", {"query": self.rng.choice(QUERIES)}, f"{cid}_a"),
+            ("create_follow_up", follow_up, f"{cid}_b"),
+            ("create_follow_up", dict(follow_up), f"{cid}_c"),
+        ]
+        response = {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Checking and scheduling."}]
+            + [as_anthropic(tool, arguments, call_id) for tool, arguments, call_id in blocks],
+        }
+        answers = client.check_turn("anthropic", response, request_id=rid)
+        tools = {"get_weather": self.weather, "create_follow_up": self.follow_up}
+        for (tool, arguments, _), answer in zip(blocks, answers, strict=True):
+            if answer.verdict != "allow":
+                continue
+            result = tools[tool](dict(arguments), answer.operation_id)
+            client.report_now(
+                client.event(
+                    "attempt",
+                    operation_id=answer.operation_id,
+                    request_id=rid,
+                    sent=True,
+                    outcome="success",
+                    result=result,
+                )
+            )
+
+    def ep_loop_detected(self):
+        # the model keeps asking for the same weather although it has the answer
+        client = self.agent("shop-bot")
+        rid, cid = self.ids()
+        fmt, call = self.proposal("get_weather", {"city": self.rng.choice(CITIES)}, cid)
+        result = client.run(fmt, call, self.weather, request_id=rid)
+        for _ in range(3):
+            client.check(fmt, call, request_id=rid)
+        return result
+
     #: every reason once, in this order
     COVERAGE = (
         "ok",
@@ -1102,6 +1157,9 @@ class Fleet:
         "approval_rejected",
         "approval_expired",
         "approved",
+        "missing_call_id",
+        "parallel_turn",
+        "loop_detected",
     )
     #: the realistic mix after that: mostly fine calls, some mistakes and failures
     MIX = {
@@ -1136,6 +1194,9 @@ class Fleet:
         "not_reconcilable": 1,
         "malformed_call": 1,
         "reconcile_mismatch": 1,
+        "parallel_turn": 2,
+        "loop_detected": 1,
+        "missing_call_id": 1,
     }
 
     def episode(self, name: str) -> None:

@@ -236,3 +236,60 @@ class CauseBrowserTests(BrowserTestCase):
         assert "Cause read:" in timeline and "cy@example.com" in timeline
         self.screenshot("call-detail-partial-failure")
         self.assert_no_console_errors()
+
+
+class TurnBrowserTests(BrowserTestCase):
+    def test_the_call_detail_shows_its_turn_and_the_list_filters_by_v2_reasons(self):
+        from rest_framework.test import APIClient
+
+        from callgate.auth import api_key_issue
+        from tests.callgate.test_ingest_api import FOLLOW_UP, WEATHER
+        from tests.factories import make_event
+
+        api = APIClient()
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key_issue(agent=self.agent).plain}")
+        for name, body in (("get_weather", WEATHER), ("create_follow_up", FOLLOW_UP)):
+            api.put(f"/api/v1/tools/{name}", body, format="json")
+        write = {"ticket_id": "T-7"}
+        response = {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "On it."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "get_weather",
+                    "input": {"city": "Oslo"},
+                },
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "get_weather",
+                    "input": {"city": "Rome"},
+                },
+                {"type": "tool_use", "id": "toolu_2", "name": "create_follow_up", "input": write},
+                {"type": "tool_use", "id": "toolu_3", "name": "create_follow_up", "input": write},
+            ],
+        }
+        turn = make_event("turn", format="anthropic", response=response, request_id="req-t")
+        assert api.post("/api/v1/events", turn, format="json").status_code == 200
+        first = ToolCall.objects.get(
+            project=self.project, tool_name="get_weather", arguments__city="Oslo"
+        )
+        self.login("alice", next_path=f"/p/acme/calls/{first.operation_id}/")
+        section = self.page.locator("#turn")
+        section.wait_for()
+        assert section.locator("tbody tr").count() == 4
+        text = section.inner_text()
+        assert "duplicate_call_id" in text and "duplicate_in_flight" in text
+        assert section.locator("tr[aria-current=true]").count() == 1
+        self.screenshot("call-detail-turn")
+        self.visit("/p/acme/calls/")
+        self.page.select_option("select[name=reason]", "duplicate_in_flight")
+        self.page.wait_for_url("**reason=duplicate_in_flight**")
+        self.page.locator(".chips .chip").first.wait_for()
+        assert set(self.page.locator("#call-rows .badge").all_inner_texts()) == {
+            "duplicate_in_flight"
+        }
+        self.screenshot("calls-filter-duplicate-in-flight", full_page=False)
+        self.assert_no_console_errors()

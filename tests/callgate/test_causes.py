@@ -487,3 +487,70 @@ def test_a_jsonrpc_error_is_a_failure_whatever_the_outcome_says():
     )
     result = classify_attempt(attempt, contract=READ, attempts_used=1, deadline_passed=False)
     assert result.reason == R.READ_FAILURE
+
+
+@pytest.mark.timeout(60)  # with backtracking that grows with the text these would hang
+@pytest.mark.parametrize(
+    "text",
+    [
+        "status" + " " * 200_000 + "x",
+        "HTTP" + "-" * 200_000,
+        "dial tcp " * 10_000,
+        "rate " * 100_000,
+        "<script" * 50_000,
+        "\x1b]" * 100_000,
+        "at x(" + ")" * 100_000 + " y",
+    ],
+    ids=["status", "http", "dial", "rate", "script", "osc", "frame"],
+)
+def test_adversarial_texts_are_read_in_linear_time(text):
+    read_failure(Failure(text=text))
+    quote_target(text)
+
+
+def test_an_http_status_given_as_the_jsonrpc_code_is_read_as_one():
+    attempt = Attempt(sent=True, outcome="error", jsonrpc_error={"code": 429, "message": "slow"})
+    result = classify_attempt(attempt, contract=WRITE, attempts_used=1, deadline_passed=False)
+    assert result.reason == R.RATE_LIMITED
+
+
+@pytest.mark.parametrize(
+    ("result", "status"),
+    [
+        ({"success": False, "errors": [{"message": "Invalid API key"}]}, 401),
+        ({"ok": False, "error_code": 429, "description": "Too Many Requests: retry after 5"}, 429),
+        ({"error": "invalid_grant", "error_description": "Token has been expired or revoked"}, 401),
+        ({"status": "error", "httpStatus": 503}, 503),
+    ],
+)
+def test_a_markers_text_and_status_come_from_the_usual_keys(result, status):
+    assert read_result(result, mcp=False).status == status
+
+
+def test_an_operation_id_echoed_by_the_target_is_not_quoted():
+    attempt = Attempt(
+        sent=True,
+        outcome="error",
+        http_status=422,
+        error="Idempotency-Key op_0123456789abcdef0123456789abcdef was used with other params",
+    )
+    result = classify_attempt(attempt, contract=WRITE, attempts_used=1, deadline_passed=False)
+    assert "op_" not in result.observation and "other params" in result.observation
+
+
+def test_failed_items_inside_the_results_list_are_named():
+    result = {
+        "results": [
+            {"id": "C-1", "status": "ok"},
+            {"id": "C-2", "status": "failed", "error": "dup"},
+        ],
+        "failed_count": 1,
+    }
+    cause = read_result(result, mcp=False)
+    assert cause.kind == causes.PARTIAL
+    assert [(i.item, i.error) for i in cause.failed_items] == [("C-2", "dup")]
+    every = {
+        "results": [{"id": "C-2", "success": False, "message": "rate limited"}],
+        "failed_count": 1,
+    }
+    assert read_result(every, mcp=False).status == 429  # no success beside it

@@ -653,3 +653,66 @@ class EventIdTests(BaseTestCase):
                 api.post("/api/v1/events", event, format="json").json()["results"][0]["status"]
                 == "accepted"
             )
+
+
+class CauseApiTests(BaseTestCase):
+    """An attempt's cause, as read, on its event (TAXONOMY v2 "Reading the cause of a
+    failure"); an error of any length is accepted, classified whole and stored cut."""
+
+    def setUp(self):
+        self.client_api = self.api()
+        self.client_api.put("/api/v1/tools/create_follow_up", FOLLOW_UP, format="json")
+
+    def attempt(self, **fields) -> dict:
+        propose = proposal("create_follow_up", {"ticket_id": "T-1"}, request_id="r-cause")
+        self.client_api.post("/api/v1/events", propose, format="json")
+        op = self.client_api.get(f"/api/v1/events/{propose['event_id']}").json()["answer"]
+        event = make_event("attempt", operation_id=op["operation_id"], sent=True, **fields)
+        response = self.client_api.post("/api/v1/events", event, format="json")
+        assert response.status_code == 200, response.json()
+        return self.client_api.get(f"/api/v1/events/{event['event_id']}").json()
+
+    def test_a_jsonrpc_error_is_read_and_its_cause_answered(self):
+        found = self.attempt(
+            outcome="error",
+            jsonrpc_error={"code": -32603, "message": "Internal error: upstream rate limit hit"},
+        )
+        assert found["answer"]["reason"] == "rate_limited"
+        assert found["cause"] == (
+            "JSON-RPC -32603 (internal error) with 'rate limit' in its message"
+        )
+        assert found["failed_items"] is None
+
+    def test_a_partial_failure_answers_its_failed_items(self):
+        found = self.attempt(
+            outcome="success",
+            result={"succeeded": ["a"], "failed": [{"id": "T-9", "error": "ticket is closed"}]},
+        )
+        assert found["answer"]["reason"] == "partial_failure"
+        assert found["failed_items"] == [{"item": "T-9", "error": "ticket is closed"}]
+        assert "T-9" in found["answer"]["observation"]
+
+    def test_an_error_of_any_length_is_accepted_classified_whole_and_stored_cut(self):
+        trace = "ChargeFailed\n" + "\tat x.Y.z(Y.java:1)\n" * 2_000 + "Caused by: Read timed out"
+        assert len(trace) > 20_000
+        found = self.attempt(outcome="error", error=trace)
+        assert found["answer"]["reason"] == "outcome_unknown"  # the tail named the timeout
+        assert "Y.java" not in found["answer"]["observation"]
+        stored = CallEvent.objects.get(event_id=found["event_id"]).body["error"]
+        assert len(stored) < 5_000 and stored.endswith("Caused by: Read timed out")
+        assert f"of {len(trace):,} characters cut" in stored
+
+    def test_a_jsonrpc_error_without_a_code_is_refused_naming_the_field(self):
+        propose = proposal("create_follow_up", {"ticket_id": "T-1"}, request_id="r-bad")
+        self.client_api.post("/api/v1/events", propose, format="json")
+        event = make_event(
+            "attempt",
+            operation_id="op_x",
+            sent=True,
+            outcome="error",
+            jsonrpc_error={"message": "x"},
+        )
+        response = self.client_api.post("/api/v1/events", event, format="json")
+        assert response.status_code == 207
+        errors = response.json()["results"][0]["errors"]
+        assert any(e["loc"].endswith("jsonrpc_error.code") for e in errors), errors

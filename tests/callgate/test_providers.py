@@ -251,3 +251,55 @@ def test_envelope_calls_counts_only_whole_responses():
     assert envelope_calls("openai", message) == 2
     assert envelope_calls("openai", {"id": "a", "function": {"name": "f", "arguments": "{}"}}) == 0
     assert normalise("openai", message).turn_calls == 2
+
+
+def test_split_turn_takes_whole_answers_and_bare_item_lists():
+    item = {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    completion = {"choices": [{"message": {"role": "assistant", "tool_calls": [item, item]}}]}
+    assert len(split_turn("openai", completion)) == 2
+    assert envelope_calls("openai", completion) == 2
+    assert [c.proposal.tool for c in split_turn("openai", [item])] == ["f"]
+    assert len(split_turn("gemini", [{"functionCall": {"name": "f", "args": {}}}])) == 1
+    converse = {
+        "output": {
+            "message": {"content": [{"toolUse": {"toolUseId": "t", "name": "f", "input": {}}}]}
+        }
+    }
+    assert split_turn("bedrock", converse)[0].proposal.call_id == "t"
+
+
+@pytest.mark.parametrize(
+    "content,status,error",
+    [
+        (
+            {"type": "web_search_tool_result_error", "error_code": "too_many_requests"},
+            429,
+            "too_many_requests",
+        ),
+        (
+            {"type": "web_fetch_tool_error", "error_code": "url_not_accessible"},
+            None,
+            "url not accessible",
+        ),
+        (
+            {"type": "code_execution_tool_result_error", "error_code": "unavailable"},
+            503,
+            "unavailable",
+        ),
+    ],
+)
+def test_anthropic_server_tool_errors_name_their_cause(content, status, error):
+    [call] = split_turn(
+        "anthropic",
+        {
+            "content": [
+                {"type": "server_tool_use", "id": "s", "name": "web_fetch", "input": {}},
+                {"type": "web_fetch_tool_result", "tool_use_id": "s", "content": content},
+            ]
+        },
+    )
+    assert (call.result.outcome, call.result.http_status, call.result.error) == (
+        "error",
+        status,
+        error,
+    )

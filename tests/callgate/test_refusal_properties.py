@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.django import TestCase
 
 from callgate import services
-from callgate.ingest import REFUSALS, events_apply
+from callgate.ingest import events_apply
 from callgate.models import Agent, CallEvent, Project, ToolCall
 from callgate.schemas import EVENT_ADAPTER, ContractIn
+from callgate.taxonomy import REFUSALS
 from reviews.models import ReviewItem
 
 PARAMETERS = {

@@ -189,6 +189,18 @@ class RequestRuleTests(BaseTestCase):
         assert ToolCall.objects.get(operation_id=first["operation_id"]).reason == ""
         assert self.propose("d", request_id="r2")["verdict"] == "allow"  # per request
 
+    def test_the_reasons_report_counts_refused_proposals_beside_the_calls(self):
+        from callgate.reports.selectors import report_filters_parse, report_reasons
+
+        for nonce in "abcd":
+            self.propose(nonce)
+        data = report_reasons(
+            project=self.project, f=report_filters_parse({}, project=self.project)
+        )
+        loops = [r for r in data["rows"] if r["reason"] == "loop_detected"]
+        assert loops and loops[0]["refused"] == 2 and loops[0]["calls"] == 0
+        assert data["refused_total"] == 2
+
     def test_a_denial_sticks_to_the_tool_and_arguments_within_the_request(self):
         first = self.propose("a")
         self.client_api.post(
