@@ -9,10 +9,13 @@ import uuid
 from datetime import timedelta
 
 from django.utils import timezone
+from rest_framework.test import APIClient
 
+from callgate.auth import api_key_issue
 from callgate.models import CallEvent, ToolCall, ToolContract
 from callgate.taxonomy import TABLE, Reason
 from tests.browser_support import BrowserTestCase
+from tests.factories import FOLLOW_UP, WEATHER, make_event
 
 #: every reason once, then mostly ok: what a day of a busy agent looks like
 REASONS = [r.value for r in Reason] + ["ok"] * 25 + ["empty_result"] * 4
@@ -240,12 +243,6 @@ class CauseBrowserTests(BrowserTestCase):
 
 class TurnBrowserTests(BrowserTestCase):
     def test_the_call_detail_shows_its_turn_and_the_list_filters_by_v2_reasons(self):
-        from rest_framework.test import APIClient
-
-        from callgate.auth import api_key_issue
-        from tests.callgate.test_ingest_api import FOLLOW_UP, WEATHER
-        from tests.factories import make_event
-
         api = APIClient()
         api.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key_issue(agent=self.agent).plain}")
         for name, body in (("get_weather", WEATHER), ("create_follow_up", FOLLOW_UP)):
