@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from callgate import providers, services
+from callgate import services
 from callgate.auth import AgentPrincipal
 from callgate.inbox import APPLY_FAILED, event_answer, events_receive, inbox_drain
 from callgate.ingest import call_answer
@@ -39,6 +39,7 @@ from callgate.schemas import (
     error_list,
 )
 from callgate.tasks import drain_inbox_enqueue
+from callgate_sdk import providers
 
 MAX_BATCH_EVENTS = 1000
 MAX_BATCH_BYTES = 5 * 1024 * 1024

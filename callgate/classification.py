@@ -24,7 +24,6 @@ from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from callgate.providers import Proposal, json_type, mcp_result_is_error, mcp_result_text
 from callgate.taxonomy import (
     PROPOSAL_PRECEDENCE,
     REASK_REASONS,
@@ -34,6 +33,7 @@ from callgate.taxonomy import (
     category_of,
     route_of,
 )
+from callgate_sdk.providers import Proposal, json_type, mcp_result_is_error, mcp_result_text
 
 R = Reason
 

@@ -32,7 +32,7 @@ from callgate.ingest import (
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall, ToolContract
 from callgate.schemas import EVENT_ADAPTER, MAX_CLOCK_SKEW
 from callgate.taxonomy import Route
-from callgate.wire import redact
+from callgate_sdk.wire import redact
 
 S = ToolCall.State
 logger = logging.getLogger(__name__)

@@ -41,7 +41,6 @@ from callgate.models import (
     ToolCall,
     ToolContract,
 )
-from callgate.providers import normalise
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,
@@ -52,7 +51,8 @@ from callgate.schemas import (
     ReconciledEvent,
 )
 from callgate.taxonomy import REASK_REASONS, Reason, Route
-from callgate.wire import canonical_json, derive_operation_id, redact
+from callgate_sdk.providers import normalise
+from callgate_sdk.wire import canonical_json, derive_operation_id, redact
 
 S = ToolCall.State
 logger = logging.getLogger(__name__)

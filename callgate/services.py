@@ -28,7 +28,7 @@ from callgate.models import (
 )
 from callgate.schemas import ApprovalExpiredEvent, ContractIn, DecisionEvent, ReconciledEvent
 from callgate.taxonomy import Reason, Route, category_of
-from callgate.wire import arguments_digest, derive_operation_id, redact
+from callgate_sdk.wire import arguments_digest, derive_operation_id, redact
 
 
 def project_create(*, slug: str, name: str) -> tuple[Project, bool]:

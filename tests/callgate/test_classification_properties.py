@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate.classification import Attempt, Contract, classify_attempt, classify_proposal
-from callgate.providers import FORMATS, normalise
-from callgate.wire import arguments_digest, derive_operation_id
+from callgate_sdk.providers import FORMATS, normalise
+from callgate_sdk.wire import arguments_digest, derive_operation_id
 
 CONTRACT = Contract(
     name="book_flight",

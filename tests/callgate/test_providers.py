@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from callgate.providers import normalise
+from callgate_sdk.providers import normalise
 
 ARGS = {"city": "Paris"}
 
