@@ -1,4 +1,4 @@
-"""The agent SDK (``callgate.sdk``) against a scripted callgate behind ``httpx.MockTransport``.
+"""The sync client (``callgate_sdk.CallgateClient``) against a scripted callgate behind ``httpx.MockTransport``.
 
 These tests pin the SDK's protocol behaviour (what it sends, how it follows each route,
 backoff, the breaker, the on-disk buffer) with no database; the end-to-end tests in
@@ -19,7 +19,7 @@ import httpx
 from django.test import SimpleTestCase
 from pydantic import BaseModel, Field
 
-from callgate.sdk import (
+from callgate_sdk import (
     CallAnswer,
     CallgateClient,
     CallgateError,
@@ -30,9 +30,10 @@ from callgate.sdk import (
     SelfCorrector,
     ToolFailure,
     backoff_delay,
-    derive_operation_id,
-    parse_call,
 )
+from callgate_sdk._protocol import ToolInfo, local_operation_id
+from callgate_sdk.providers import normalise
+from callgate_sdk.wire import derive_operation_id
 
 KEY = "cg_0123abcd_" + "x" * 43
 OP = "op-1"
@@ -219,7 +220,7 @@ class BackoffTests(SdkTestCase):
             assert 0 <= backoff_delay(n, policy) <= min(10, 0.5 * 3**n)
 
 
-class ParseCallTests(SdkTestCase):
+class LocalOperationIdTests(SdkTestCase):
     CASES = [
         ("openai", OPENAI_CALL),
         (
@@ -253,22 +254,18 @@ class ParseCallTests(SdkTestCase):
         ("plain", {"tool": "create_follow_up", "arguments": '{"ticket_id": "T-1"}'}),
     ]
 
-    def test_it_reads_every_provider_format(self):
-        for fmt, call in self.CASES:
-            with self.subTest(fmt):
-                parsed = parse_call(fmt, call)
-                assert parsed.tool == "create_follow_up"
-                assert parsed.arguments == {"ticket_id": "T-1"}
+    def test_a_fail_open_operation_id_depends_on_the_call_not_its_provider_format(self):
+        ids = {fmt: local_operation_id("r1", normalise(fmt, call)) for fmt, call in self.CASES}
+        assert set(ids.values()) == {
+            derive_operation_id(
+                request_id="r1", tool="create_follow_up", arguments={"ticket_id": "T-1"}
+            )
+        }, ids
+        assert local_operation_id("r2", normalise(*self.CASES[0])) != ids["openai"]
 
-    def test_it_refuses_arguments_that_are_not_an_object(self):
-        with self.assertRaises(ValueError):
-            parse_call("plain", {"tool": "x", "arguments": "[1, 2]"})
-
-    def test_it_derives_the_same_operation_id_for_equal_arguments(self):
-        assert derive_operation_id("r1", "t", {"a": 1, "b": 2}) == derive_operation_id(
-            "r1", "t", {"b": 2, "a": 1}
-        )
-        assert derive_operation_id("r1", "t", {"a": 1}) != derive_operation_id("r2", "t", {"a": 1})
+    def test_without_a_request_id_each_call_gets_a_fresh_operation_id(self):
+        proposal = normalise(*self.CASES[0])
+        assert local_operation_id(None, proposal) != local_operation_id(None, proposal)
 
 
 class CircuitBreakerTests(SdkTestCase):
@@ -400,9 +397,7 @@ class RunTests(SdkTestCase):
         )
         sleeps: list[float] = []
         client = make_client(fake, sleeps=sleeps)
-        client.tools["create_follow_up"] = client.tools.get("create_follow_up") or __import__(
-            "callgate.sdk", fromlist=["_ToolInfo"]
-        )._ToolInfo(
+        client.tools["create_follow_up"] = client.tools.get("create_follow_up") or ToolInfo(
             retry=RetryPolicy(initial_interval=1, backoff_coefficient=3, maximum_interval=2)
         )
         failure = ToolFailure("Service Unavailable", sent=True, http_status=503)
@@ -771,7 +766,8 @@ class BufferTests(SdkTestCase):
         assert set(fake.events) == {e["event_id"] for e in events}
         assert fake.event_posts == 3  # batches of 2, 2, 1
         assert len(client2.buffer) == 0
-        assert (self.tmp / "events.jsonl").read_text() == ""
+        client2.close()
+        assert len(EventBuffer(self.tmp)) == 0  # the file on disk is empty too
 
     def test_it_re_sends_safely_when_the_answer_was_lost(self):
         fake = FakeCallgate()
@@ -806,7 +802,7 @@ class BufferTests(SdkTestCase):
         fake.reject_ids.add(bad["event_id"])
         client.report(good)
         client.report(bad)
-        with self.assertLogs("callgate.sdk", logging.ERROR) as logs:
+        with self.assertLogs("callgate_sdk", logging.ERROR) as logs:
             assert client.flush() == 1
         assert len(client.buffer) == 0
         assert bad["event_id"] in "\n".join(logs.output)
@@ -824,7 +820,7 @@ class BufferTests(SdkTestCase):
     def test_it_drops_the_oldest_events_with_a_warning_when_full(self):
         buffer = EventBuffer(self.tmp, max_bytes=400)
         events = [{"event_id": f"e{i}", "pad": "x" * 80} for i in range(8)]
-        with self.assertLogs("callgate.sdk", logging.WARNING) as logs:
+        with self.assertLogs("callgate_sdk", logging.WARNING) as logs:
             for event in events:
                 buffer.append([event])
         kept = [e["event_id"] for e in buffer.peek(100)]
@@ -870,7 +866,9 @@ class FailOpenTests(SdkTestCase):
         execute = Recorder({"id": "F-1"})
         result = client.run("openai", OPENAI_CALL, execute, request_id="req-9")
         assert result.status == "succeeded" and result.answer is None
-        op = derive_operation_id("req-9", "create_follow_up", {"ticket_id": "T-1"})
+        op = derive_operation_id(
+            request_id="req-9", tool="create_follow_up", arguments={"ticket_id": "T-1"}
+        )
         assert execute.calls == [({"ticket_id": "T-1"}, op)]
         buffered = client.buffer.peek(10)
         assert [e["type"] for e in buffered] == ["proposed", "attempt"]
