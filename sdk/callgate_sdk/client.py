@@ -46,7 +46,7 @@ import httpx
 
 from callgate_sdk import __version__
 from callgate_sdk._protocol import Execute, Flush, Http, Protocol, Sleep, Steps
-from callgate_sdk.errors import CallNotAllowed, ToolFailure
+from callgate_sdk.errors import CallgateUnavailable, CallNotAllowed, ToolFailure
 from callgate_sdk.models import CallAnswer, Effect, Format, RunResult, ToolRegistration
 from callgate_sdk.tools import Registration, ToolSpec
 
@@ -472,10 +472,19 @@ class GatedTool:
         functools.update_wrapper(self, spec.fn)
 
     def register(self) -> ToolRegistration | None:
+        """Register the contract unless done; ``None`` when it was done before, or when
+        callgate is down and the client is ``fail_open`` (tried again on the next call)."""
         with self._registration.lock:
             if self._registration.done:
                 return None
-            registration = self.client.register_tool(self.spec.name, **self.spec.contract())
+            try:
+                registration = self.client.register_tool(self.spec.name, **self.spec.contract())
+            except CallgateUnavailable:
+                if not self.client.fail_open:
+                    raise
+                self.client.tools.setdefault(self.spec.name, self.spec.tool_info())
+                logger.warning("callgate unavailable: %s not registered yet", self.spec.name)
+                return None
             self._registration.done = True
             return registration
 
@@ -524,10 +533,20 @@ class AsyncGatedTool:
         functools.update_wrapper(self, spec.fn)
 
     async def register(self) -> ToolRegistration | None:
+        """``GatedTool.register``."""
         async with self._lock:
             if self._registered:
                 return None
-            registration = await self.client.register_tool(self.spec.name, **self.spec.contract())
+            try:
+                registration = await self.client.register_tool(
+                    self.spec.name, **self.spec.contract()
+                )
+            except CallgateUnavailable:
+                if not self.client.fail_open:
+                    raise
+                self.client.tools.setdefault(self.spec.name, self.spec.tool_info())
+                logger.warning("callgate unavailable: %s not registered yet", self.spec.name)
+                return None
             self._registered = True
             return registration
 

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 
+from callgate_sdk._protocol import ToolInfo
 from callgate_sdk.errors import ToolFailure
 from callgate_sdk.models import Effect, RetryPolicy
 
@@ -128,6 +129,16 @@ class ToolSpec:
             "effect": self.effect,
             **options,
         }
+
+    def tool_info(self) -> ToolInfo:
+        """What the client needs to decide locally while callgate cannot be reached."""
+        contract = self.contract()
+        return ToolInfo(
+            effect=self.effect,
+            idempotent=bool(contract.get("idempotent", False)),
+            max_attempts=int(contract.get("max_attempts", 3)),
+            retry=contract.get("retry") or RetryPolicy(),
+        )
 
     def proposal(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         """The call as the model would have proposed it: ``{"tool", "arguments"}`` with the
