@@ -48,6 +48,10 @@ Steps = Generator[Any, Any, T]
 
 #: answers the SDK treats as "callgate is unavailable": keep the events, try later.
 _UNAVAILABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: how long ``report_now`` stops trying callgate after it could not be reached (full jitter,
+#: doubling per failure in a row): events go straight to the buffer meanwhile, and the
+#: background flusher (or ``flush()``) tries again.
+OFFLINE_BACKOFF = RetryPolicy(initial_interval=1.0, backoff_coefficient=2.0, maximum_interval=30.0)
 _ENVELOPE_KEYS = frozenset(
     {"operation_id", "call_id", "request_id", "conversation_id", "trace_id", "actor"}
 )
@@ -231,6 +235,13 @@ class Protocol:
         self.actor = actor
         self.tools: dict[str, ToolInfo] = {}
         self.breakers: dict[str, CircuitBreaker] = {}
+        self._offline_until = 0.0
+        self._offline_streak = 0
+
+    @property
+    def offline(self) -> bool:
+        """True while callgate was just found unreachable (``OFFLINE_BACKOFF``)."""
+        return self.clock() < self._offline_until
 
     def breaker(self, tool: str) -> CircuitBreaker:
         """The circuit breaker of ``tool`` (created on first use)."""
@@ -262,9 +273,12 @@ class Protocol:
         try:
             response = yield Http(method, path, body)
         except httpx.HTTPError as exc:
+            self._went_offline()
             raise CallgateUnavailable(f"{method} {path}: {exc.__class__.__name__}: {exc}") from exc
         if response.status_code in _UNAVAILABLE_STATUSES or response.status_code >= 500:
+            self._went_offline()
             raise CallgateUnavailable(f"{method} {path}: HTTP {response.status_code}")
+        self._offline_until, self._offline_streak = 0.0, 0
         if response.status_code >= 400:
             try:
                 data = response.json()
@@ -274,6 +288,11 @@ class Protocol:
             errors = data.get("errors") if isinstance(data, dict) else None
             raise CallgateError(response.status_code, message or response.reason_phrase, errors)
         return response
+
+    def _went_offline(self) -> None:
+        delay = backoff_delay(self._offline_streak, OFFLINE_BACKOFF, self.rand)
+        self._offline_until = self.clock() + delay
+        self._offline_streak += 1
 
     # ---------------------------------------------------------------- contracts
 
@@ -364,6 +383,9 @@ class Protocol:
     # ---------------------------------------------------------------- events
 
     def report_now_steps(self, event: dict) -> Steps[CallAnswer | None]:
+        if self.offline:  # found unreachable a moment ago: do not wait for it again per event
+            self.buffer.append([event])
+            return None
         if len(self.buffer):
             yield Flush()
             if len(self.buffer):
@@ -411,9 +433,11 @@ class Protocol:
         delivered = 0
         size = self.batch_size
         while True:
-            batch = self.buffer.peek(size)
-            if not batch:
+            rows = self.buffer.rows(size)
+            if not rows:
                 return delivered
+            seqs = [seq for seq, _ in rows]
+            batch = [event for _, event in rows]
             try:
                 response = yield from self._request("POST", "/api/v1/events", batch)
             except CallgateUnavailable as exc:
@@ -434,24 +458,26 @@ class Protocol:
                     exc,
                     exc.errors,
                 )
-                self.buffer.remove([batch[0].get("event_id")])
+                self.buffer.remove(seqs)
                 continue
             results = response.json().get("results") or []
             done = set()
-            for item in results:
+            for position, item in enumerate(results):
                 index = item.get("index")
-                event_id = item.get("event_id")
-                if event_id is None and isinstance(index, int) and 0 <= index < len(batch):
-                    event_id = batch[index].get("event_id")
+                index = index if isinstance(index, int) and 0 <= index < len(batch) else position
+                if index >= len(batch):
+                    continue
                 if item.get("status") == "rejected":
                     logger.error(
-                        "callgate rejected event %s, dropped: %s", event_id, item.get("errors")
+                        "callgate rejected event %s, dropped: %s",
+                        item.get("event_id") or batch[index].get("event_id"),
+                        item.get("errors"),
                     )
                 else:
                     delivered += 1
-                done.add(event_id)
+                done.add(seqs[index])
             if not results:  # a 2xx without per-item results: the whole batch was taken
-                done = {e.get("event_id") for e in batch}
+                done = set(seqs)
                 delivered += len(batch)
             self.buffer.remove(done)
             size = self.batch_size

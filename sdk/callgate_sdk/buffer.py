@@ -1,9 +1,12 @@
 """The offline event buffer: a bounded FIFO of events in SQLite (the standard library's
 ``sqlite3``, WAL journal), kept until callgate has them.
 
-One row per event; a one-row ``stats`` table kept by triggers holds the count and the bytes,
-so appending and counting cost O(1) whatever the buffer holds (the oldest rows are dropped,
-also O(1) each, when an append would pass ``max_bytes``). SQLite's own file locking makes it
+One row per event, keyed by its place in the queue (``seq``); a one-row ``stats`` table kept
+by triggers holds the count and the bytes, so appending and counting cost O(1) whatever the
+buffer holds (the oldest rows are dropped, also O(1) each, when an append would pass
+``max_bytes``). No other index is written per append: the deliverer removes what it sent by
+``seq`` (``rows`` then ``remove``); an event buffered twice is sent twice, which callgate
+answers as a duplicate (event IDs make delivery idempotent). SQLite's own file locking makes it
 safe across processes sharing one directory; a lock makes one connection safe across threads.
 WAL with ``synchronous=NORMAL`` survives a crash of the agent (not of the machine: the last
 appends may then be lost, and re-sent events are harmless, event IDs make delivery idempotent).
@@ -23,8 +26,7 @@ logger = logging.getLogger("callgate_sdk")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    event_id TEXT UNIQUE,
+    seq INTEGER PRIMARY KEY,  -- max(seq) + 1 on insert: FIFO order among the rows kept
     body TEXT NOT NULL,
     size INTEGER NOT NULL
 );
@@ -83,19 +85,17 @@ class EventBuffer:
 
     def append(self, events: Iterable[dict]) -> None:
         """Add events at the end, dropping the oldest ones if the buffer would exceed
-        ``max_bytes``. An event whose ``event_id`` is already buffered is not added twice."""
+        ``max_bytes``."""
         rows = []
         for event in events:
             body = json.dumps(event, separators=(",", ":"), default=str)
-            rows.append((event.get("event_id"), body, len(body.encode())))
+            rows.append((body, len(body.encode())))
         if not rows:
             return
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.executemany(
-                    "INSERT OR IGNORE INTO events (event_id, body, size) VALUES (?, ?, ?)", rows
-                )
+                self._db.executemany("INSERT INTO events (body, size) VALUES (?, ?)", rows)
                 dropped = self._trim()
                 self._db.execute("COMMIT")
             except BaseException:
@@ -122,23 +122,27 @@ class EventBuffer:
             dropped += 1
         return dropped
 
+    def rows(self, n: int) -> list[tuple[int, dict]]:
+        """The ``n`` oldest events with their ``seq``, oldest first (not removed)."""
+        with self._lock:
+            found = self._db.execute(
+                "SELECT seq, body FROM events ORDER BY seq LIMIT ?", (max(0, n),)
+            ).fetchall()
+        return [(seq, json.loads(body)) for seq, body in found]
+
     def peek(self, n: int) -> list[dict]:
         """The ``n`` oldest events, oldest first (not removed)."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT body FROM events ORDER BY seq LIMIT ?", (max(0, n),)
-            ).fetchall()
-        return [json.loads(body) for (body,) in rows]
+        return [event for _, event in self.rows(n)]
 
-    def remove(self, event_ids: Iterable[str | None]) -> None:
-        """Remove the events with these IDs (delivered, or rejected for good)."""
-        ids = [(event_id,) for event_id in set(event_ids) if event_id is not None]
-        if not ids:
+    def remove(self, seqs: Iterable[int]) -> None:
+        """Remove the events at these ``seq`` (from ``rows``: delivered, or rejected for good)."""
+        keys = [(seq,) for seq in set(seqs)]
+        if not keys:
             return
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.executemany("DELETE FROM events WHERE event_id = ?", ids)
+                self._db.executemany("DELETE FROM events WHERE seq = ?", keys)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")

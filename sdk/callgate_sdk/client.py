@@ -206,7 +206,7 @@ class CallgateClient(Protocol):
     def report(self, event: dict) -> None:
         """Queue an event for the background sender (kept in the buffer until delivered)."""
         self.buffer.append([event])
-        if len(self.buffer) >= self.batch_size:
+        if self._thread is not None and len(self.buffer) >= self.batch_size:
             self._wake.set()
 
     def report_now(self, event: dict) -> CallAnswer | None:
@@ -214,7 +214,9 @@ class CallgateClient(Protocol):
         read with ``GET /api/v1/events/{event_id}`` once callgate has applied it. When callgate
         cannot be reached (or earlier events are still waiting, to keep their order) the event
         is buffered and ``None`` is returned; ``None`` too when it was stored but not applied
-        within ``answer_timeout`` seconds. Raises ``CallgateError`` when callgate rejects the
+        within ``answer_timeout`` seconds. For a moment after callgate was found unreachable
+        (``OFFLINE_BACKOFF``: 1 s doubling to 30 s, full jitter) events are buffered without
+        trying it again, so an agent that is offline keeps its pace. Raises ``CallgateError`` when callgate rejects the
         event, on receipt (a 207 item) or when applying it."""
         return self._drive(self.report_now_steps(event))
 

@@ -419,17 +419,26 @@ class SqliteBufferTests(SdkTestCase):
             assert worker.exitcode == 0
         buffer = EventBuffer(self.tmp)
         assert len(buffer) == 600
-        ids = {e["event_id"] for e in buffer.peek(1000)}
-        assert ids == {f"e{i}" for i in range(600)}
-        buffer.remove([f"e{i}" for i in range(100)])
+        rows = buffer.rows(1000)
+        assert {e["event_id"] for _, e in rows} == {f"e{i}" for i in range(600)}
+        for n in range(3):  # each process's events in its order
+            mine = [
+                e["event_id"] for _, e in rows if 200 * n <= int(e["event_id"][1:]) < 200 * (n + 1)
+            ]
+            assert mine == [f"e{i}" for i in range(200 * n, 200 * (n + 1))]
+        buffer.remove([seq for seq, _ in rows[:100]])
         assert len(buffer) == 500 and len(EventBuffer(self.tmp)) == 500
+        assert buffer.peek(1) == [rows[100][1]]
 
-    def test_it_keeps_one_copy_of_an_event_and_its_counts_follow_removals(self):
+    def test_its_counts_follow_appends_and_removals(self):
         buffer = EventBuffer(self.tmp)
-        event = {"event_id": "e1", "pad": "x"}
-        buffer.append([event, event])
-        assert len(buffer) == 1 and buffer.size_bytes() == len('{"event_id":"e1","pad":"x"}')
-        buffer.remove(["e1", "unknown"])
+        buffer.append([{"event_id": "e1", "pad": "x"}, {"event_id": "e2", "pad": "yy"}])
+        size = len('{"event_id":"e1","pad":"x"}') + len('{"event_id":"e2","pad":"yy"}')
+        assert len(buffer) == 2 and buffer.size_bytes() == size
+        [(first, _), (second, _)] = buffer.rows(10)
+        buffer.remove([first, 12345])
+        assert len(buffer) == 1 and buffer.size_bytes() == len('{"event_id":"e2","pad":"yy"}')
+        buffer.remove([second])
         assert len(buffer) == 0 and buffer.size_bytes() == 0
 
     def test_fail_open_executes_under_the_operation_id_callgate_derives(self):
@@ -446,3 +455,32 @@ class SqliteBufferTests(SdkTestCase):
         assert [e["type"] for e in client.buffer.peek(10)] == ["proposed", "attempt"]
         fake.down = False
         assert client.flush() == 2
+
+
+class OfflineTests(SdkTestCase):
+    def test_report_now_stops_trying_an_unreachable_callgate_for_a_while(self):
+        fake = FakeCallgate()
+        fake.down = True
+        tries = []
+        now = [0.0]
+
+        def counting(request):
+            tries.append(request.url.path)
+            return fake.handle(request)
+
+        client = make_client(
+            fake, self.tmp, transport=httpx.MockTransport(counting), clock=lambda: now[0]
+        )
+        events = [client.event("attempt", operation_id=f"op-{i}") for i in range(50)]
+        for event in events[:25]:
+            assert client.report_now(event) is None
+        assert tries == ["/api/v1/events"]  # once; then 1 s (rand -> its top) without trying
+        now[0] = 1.0
+        fake.down = False
+        for event in events[25:]:
+            client.report_now(event)
+        assert len(client.buffer) == 0 and set(fake.events) == {e["event_id"] for e in events}
+        posted = [
+            e["event_id"] for _, p, body in fake.requests if p == "/api/v1/events" for e in body
+        ]
+        assert posted[:25] == [e["event_id"] for e in events[:25]]  # in order, before the rest
