@@ -5,7 +5,11 @@ only (no Django). Framework adapters: ``callgate_sdk.integrations``."""
 
 __version__ = "0.1.0"
 
-from callgate_sdk._protocol import current_request, request_context  # noqa: E402
+from callgate_sdk._protocol import (  # noqa: E402
+    current_operation_id,
+    current_request,
+    request_context,
+)
 from callgate_sdk.buffer import EventBuffer  # noqa: E402
 from callgate_sdk.client import (  # noqa: E402
     AsyncCallgateClient,
@@ -46,6 +50,7 @@ __all__ = [
     "ToolFailure",
     "ToolRegistration",
     "backoff_delay",
+    "current_operation_id",
     "current_request",
     "failure_cause",
     "request_context",

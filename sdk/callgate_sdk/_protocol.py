@@ -130,6 +130,24 @@ def request_context(
         _context.reset(token)
 
 
+_operation: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "callgate_operation", default=None
+)
+
+
+def current_operation_id() -> str | None:
+    """Inside a tool that callgate let run: its operation ID (pass it on as the target's
+    idempotency key); ``None`` elsewhere. Set by both clients around each execution."""
+    return _operation.get()
+
+
+def call_with_operation(operation_id: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` with ``current_operation_id()`` returning ``operation_id``."""
+    context = contextvars.copy_context()
+    context.run(_operation.set, operation_id)
+    return context.run(fn, *args)
+
+
 def current_request() -> dict[str, str]:
     """The correlation keys set by the innermost ``request_context`` (empty outside one)."""
     return dict(_context.get() or {})

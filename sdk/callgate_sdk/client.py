@@ -45,7 +45,16 @@ from typing import Any
 import httpx
 
 from callgate_sdk import __version__
-from callgate_sdk._protocol import Execute, Flush, Http, Protocol, Sleep, Steps
+from callgate_sdk._protocol import (
+    Execute,
+    Flush,
+    Http,
+    Protocol,
+    Sleep,
+    Steps,
+    _operation,
+    call_with_operation,
+)
 from callgate_sdk.errors import CallgateUnavailable, CallNotAllowed, ToolFailure
 from callgate_sdk.models import CallAnswer, Effect, Format, RunResult, ToolRegistration
 from callgate_sdk.tools import Registration, ToolSpec
@@ -162,13 +171,14 @@ class CallgateClient(Protocol):
 
     @staticmethod
     def _execute_now(effect: Execute) -> Any:
+        args = (effect.operation_id, effect.fn, effect.arguments, effect.operation_id)
         if effect.timeout is None:
-            return effect.fn(effect.arguments, effect.operation_id)
+            return call_with_operation(*args)
         pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="callgate-tool"
         )
         try:
-            future = pool.submit(effect.fn, effect.arguments, effect.operation_id)
+            future = pool.submit(call_with_operation, *args)
             try:
                 return future.result(timeout=effect.timeout)
             except concurrent.futures.TimeoutError:
@@ -202,6 +212,13 @@ class CallgateClient(Protocol):
     def get_call(self, operation_id: str) -> CallAnswer:
         """callgate's current answer about an operation: ``GET /api/v1/calls/{operation_id}``."""
         return self._drive(self.get_call_steps(operation_id))
+
+    def wait(self, answer: CallAnswer, *, limit: float | None = None) -> CallAnswer:
+        """Poll ``GET /api/v1/calls/{op}`` (from ``poll_interval``, doubling) while ``answer``'s
+        verdict is a waiting one (a reconciliation, a review, an approval), at most ``limit``
+        seconds (default ``wait_limit``). Returns the last answer."""
+        limit = self.wait_limit if limit is None else limit
+        return self._drive(self._wait(answer.operation_id, answer, limit))
 
     def report(self, event: dict) -> None:
         """Queue an event for the background sender (kept in the buffer until delivered)."""
@@ -386,13 +403,18 @@ class AsyncCallgateClient(Protocol):
     @staticmethod
     async def _execute_now(effect: Execute) -> Any:
         fn = effect.fn
-        if inspect.iscoroutinefunction(fn):
-            work = fn(effect.arguments, effect.operation_id)
-        else:
-            work = asyncio.to_thread(fn, effect.arguments, effect.operation_id)
+        token = _operation.set(effect.operation_id)  # copied into the task / the thread
+        try:
+            if inspect.iscoroutinefunction(fn):
+                task = asyncio.ensure_future(fn(effect.arguments, effect.operation_id))
+            else:
+                task = asyncio.ensure_future(
+                    asyncio.to_thread(fn, effect.arguments, effect.operation_id)
+                )
+        finally:
+            _operation.reset(token)
         if effect.timeout is None:
-            return await work
-        task = asyncio.ensure_future(work)
+            return await task
         done, _ = await asyncio.wait({task}, timeout=effect.timeout)
         if not done:
             task.cancel()
@@ -412,6 +434,11 @@ class AsyncCallgateClient(Protocol):
     async def get_call(self, operation_id: str) -> CallAnswer:
         """``CallgateClient.get_call``."""
         return await self._drive(self.get_call_steps(operation_id))
+
+    async def wait(self, answer: CallAnswer, *, limit: float | None = None) -> CallAnswer:
+        """``CallgateClient.wait``."""
+        limit = self.wait_limit if limit is None else limit
+        return await self._drive(self._wait(answer.operation_id, answer, limit))
 
     def report(self, event: dict) -> None:
         """``CallgateClient.report`` (the flusher started by ``start()`` sends it)."""
