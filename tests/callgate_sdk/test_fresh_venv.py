@@ -21,14 +21,14 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
 from django.test import LiveServerTestCase
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from callgate.auth import api_key_issue
 from callgate.models import Agent, Project, ToolCall
+
+from .live import OwnPorts
 
 SDK_DIR = Path(__file__).resolve().parents[2] / "sdk"
 SERVER_ONLY = {"django", "celery", "psycopg", "djangorestframework", "kombu", "redis"}
@@ -112,15 +112,9 @@ def closure(requirements: list[Requirement]) -> dict[str, importlib.metadata.Dis
     return found
 
 
-class FreshVenvTests(LiveServerTestCase):
-    port = 8241  # this branch's ports are 8241-8249
-
+class FreshVenvTests(OwnPorts, LiveServerTestCase):
     def setUp(self):
         super().setUp()
-        request_started.disconnect(close_old_connections)
-        request_finished.disconnect(close_old_connections)
-        self.addCleanup(request_started.connect, close_old_connections)
-        self.addCleanup(request_finished.connect, close_old_connections)
         self.project = Project.objects.create(slug="acme", name="Acme")
         self.agent = Agent.objects.create(project=self.project, name="support-bot")
         self.key = api_key_issue(agent=self.agent).plain

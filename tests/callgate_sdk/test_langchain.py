@@ -42,14 +42,15 @@ def ask(*calls: tuple[str, dict, str]) -> AIMessage:
 
 
 def graph_of(model, tools):
-    """The smallest tool-calling agent: the model, then a ToolNode, until no tool call."""
+    """The smallest tool-calling agent: the model, then a ToolNode (``tools``, or a list of
+    tools), until no tool call."""
 
     def agent(state: MessagesState):
         return {"messages": [model.invoke(state["messages"])]}
 
     graph = StateGraph(MessagesState)
     graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode(tools))
+    graph.add_node("tools", tools if isinstance(tools, ToolNode) else ToolNode(tools))
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")

@@ -12,8 +12,7 @@ from typing import Annotated
 
 from agents import Agent, RunConfig, Runner, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections, connection
+from django.db import connection
 from django.test import LiveServerTestCase
 from pydantic import Field
 
@@ -25,6 +24,8 @@ from callgate_sdk.integrations.openai_agents import CallgateGate
 from reviews.models import ReviewItem
 from reviews.services import review_item_decide
 from tests.factories import PASSWORD, make_user
+
+from .live import OwnPorts
 
 GOOD = {"ticket_id": "T-1042", "note": "call back tomorrow"}
 BAD = {"ticket_id": "1042", "note": "call back tomorrow"}
@@ -40,16 +41,10 @@ def tool_outputs(model: ScriptedModel, call_index: int) -> dict[str, str]:
     }
 
 
-class OpenAIAgentsTests(LiveServerTestCase):
-    port = 8242  # this branch's ports are 8241-8249
-
+class OpenAIAgentsTests(OwnPorts, LiveServerTestCase):
     def setUp(self):
         super().setUp()
         set_tracing_disabled(True)
-        request_started.disconnect(close_old_connections)
-        request_finished.disconnect(close_old_connections)
-        self.addCleanup(request_started.connect, close_old_connections)
-        self.addCleanup(request_finished.connect, close_old_connections)
         self.project = Project.objects.create(slug="acme", name="Acme")
         agent = CallgateAgent.objects.create(project=self.project, name="support-bot")
         self.key = api_key_issue(agent=agent).plain
