@@ -331,7 +331,10 @@ class Protocol:
         retry: RetryPolicy | None = None,
         sensitive_fields: list[str] | None = None,
         version: str | None = None,
+        **fields: Any,
     ) -> Steps[ToolRegistration]:
+        """``fields``: contract fields this client does not name (sent as they are, e.g.
+        ``volatile_arguments``); callgate refuses an unknown one with a 400 naming it."""
         schema = (
             parameters.model_json_schema()
             if isinstance(parameters, type) and issubclass(parameters, BaseModel)
@@ -355,6 +358,7 @@ class Protocol:
             "sensitive_fields": sensitive_fields or None,
         }
         body.update(_drop_none(optional))
+        body.update(fields)
         response = yield from self._request("PUT", f"/api/v1/tools/{name}", body)
         self.tools[name] = ToolInfo(
             effect=effect,

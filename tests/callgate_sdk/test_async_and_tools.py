@@ -484,3 +484,14 @@ class OfflineTests(SdkTestCase):
             e["event_id"] for _, p, body in fake.requests if p == "/api/v1/events" for e in body
         ]
         assert posted[:25] == [e["event_id"] for e in events[:25]]  # in order, before the rest
+
+
+class ContractFieldTests(SdkTestCase):
+    def test_contract_fields_the_client_does_not_name_are_sent_as_they_are(self):
+        fake = FakeCallgate()
+        client = make_client(fake)
+        client.register_tool(
+            "add_note", parameters={"type": "object"}, volatile_arguments=["/nonce"]
+        )
+        [(_, _, body)] = fake.requests
+        assert body["volatile_arguments"] == ["/nonce"] and body["effect"] == "read"
