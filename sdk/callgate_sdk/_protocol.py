@@ -398,6 +398,27 @@ class Protocol:
         response = yield from self._request("POST", "/api/v1/calls", body)
         return CallAnswer.model_validate(response.json())
 
+    def check_turn_steps(
+        self,
+        format: Format,
+        response: Any,
+        *,
+        request_id: str | None = None,
+        actor: str | None = None,
+    ) -> Steps[list[CallAnswer]]:
+        body = _drop_none(
+            {
+                "format": format,
+                "turn": response,
+                "request_id": request_id or current_request().get("request_id"),
+                "actor": actor or self.actor,
+                "event_id": str(uuid.uuid4()),
+                "occurred_at": now_rfc3339(),
+            }
+        )
+        answer = (yield from self._request("POST", "/api/v1/calls", body)).json()
+        return [CallAnswer.model_validate(call) for call in answer["calls"]]
+
     def get_call_steps(self, operation_id: str) -> Steps[CallAnswer]:
         response = yield from self._request("GET", f"/api/v1/calls/{operation_id}")
         return CallAnswer.model_validate(response.json())

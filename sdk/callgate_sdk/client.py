@@ -209,6 +209,14 @@ class CallgateClient(Protocol):
         when callgate cannot be reached, ``CallgateError`` on 4xx."""
         return self._drive(self.check_steps(format, call, **keys))
 
+    def check_turn(self, format: Format, response: Any, **keys: Any) -> list[CallAnswer]:
+        """Ask the gate about a whole model response (parallel tool calls, TAXONOMY v2) in one
+        round trip: ``POST /api/v1/calls`` with ``turn``. One ``CallAnswer`` per call of the
+        response, in order (``call_id`` and ``executed_by`` among its extra fields); calls the
+        provider executed itself are recorded, never to be executed here. ``keys``:
+        ``request_id`` (default: the ``request_context``'s), ``actor``. Raises like ``check``."""
+        return self._drive(self.check_turn_steps(format, response, **keys))
+
     def get_call(self, operation_id: str) -> CallAnswer:
         """callgate's current answer about an operation: ``GET /api/v1/calls/{operation_id}``."""
         return self._drive(self.get_call_steps(operation_id))
@@ -430,6 +438,10 @@ class AsyncCallgateClient(Protocol):
     async def check(self, format: Format, call: Any, **keys: Any) -> CallAnswer:
         """``CallgateClient.check``."""
         return await self._drive(self.check_steps(format, call, **keys))
+
+    async def check_turn(self, format: Format, response: Any, **keys: Any) -> list[CallAnswer]:
+        """``CallgateClient.check_turn``."""
+        return await self._drive(self.check_turn_steps(format, response, **keys))
 
     async def get_call(self, operation_id: str) -> CallAnswer:
         """``CallgateClient.get_call``."""

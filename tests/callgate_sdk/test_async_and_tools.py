@@ -4,6 +4,7 @@ SQLite buffer across processes, against the scripted callgate of ``test_client``
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import time
 from typing import Annotated
@@ -495,3 +496,23 @@ class ContractFieldTests(SdkTestCase):
         )
         [(_, _, body)] = fake.requests
         assert body["volatile_arguments"] == ["/nonce"] and body["effect"] == "read"
+
+    def test_a_whole_turn_is_checked_in_one_round_trip(self):
+        seen = []
+
+        def gate(request: httpx.Request) -> httpx.Response:
+            seen.append(json.loads(request.content))
+            return httpx.Response(
+                200, json={"calls": [answer("allow", call_id="c1"), answer("reask", call_id="c2")]}
+            )
+
+        turn = {"role": "assistant", "tool_calls": [OPENAI_CALL, {**OPENAI_CALL, "id": "c2"}]}
+        client = make_client(FakeCallgate(), transport=httpx.MockTransport(gate))
+        with request_context("req-t"):
+            answers = client.check_turn("openai", turn)
+        assert [(a.verdict, a.model_extra["call_id"]) for a in answers] == [
+            ("allow", "c1"),
+            ("reask", "c2"),
+        ]
+        [body] = seen
+        assert body["turn"] == turn and body["request_id"] == "req-t" and "call" not in body
