@@ -27,15 +27,16 @@ from callgate.ingest import call_answer
 from callgate.models import ToolCall
 from callgate.schemas import (
     EVENT_ADAPTER,
-    CallAnswer,
     CallDetail,
     ContractIn,
     ContractOut,
     ErrorBody,
     EventsResponse,
     EventStatus,
+    GateAnswer,
     GateRequest,
     ProposedEvent,
+    TurnEvent,
     error_list,
 )
 from callgate.tasks import drain_inbox_enqueue
@@ -272,14 +273,25 @@ class GateCheckApi(APIView):
         operation_id="calls_check",
         summary="Check a proposed call before executing it (the gate)",
         description=(
-            "Normalises the provider's call (OpenAI Chat Completions and Responses, Anthropic, Gemini, MCP, plain), "
+            "Normalises the provider's call (OpenAI Chat Completions and Responses, Anthropic, Gemini, Bedrock "
+            "Converse, Ollama, MCP, plain), "
             "validates it against the agent's tool contracts, applies duplicate and idempotency rules, records a "
             "`proposed` event and answers the operation ID to execute under, the verdict, the route and the "
             "observation text for the model. A duplicate of a succeeded operation answers `return_receipt` with the "
-            "stored receipt. Unrecognisable output is `malformed_call`, never an error."
+            "stored receipt. Unrecognisable output is `malformed_call`, never an error. "
+            "With `turn` (a whole model response, TAXONOMY v2) instead of `call`, every call of the response is "
+            'checked in one round trip and the answer is `{"calls": [CallAnswer, ...]}`, one per call, in order; '
+            "calls the provider executed itself are recorded (`executed_by: provider`), never gated. A response "
+            "holding several calls sent as `call` is a 400 naming `call`."
         ),
         request=GateRequest,
-        responses={200: CallAnswer, 400: ErrorBody, 401: ErrorBody, 409: ErrorBody, 500: ErrorBody},
+        responses={
+            200: GateAnswer,
+            400: ErrorBody,
+            401: ErrorBody,
+            409: ErrorBody,
+            500: ErrorBody,
+        },
     )
     def post(self, request: Request) -> Response:
         principal = _agent(request)
@@ -289,17 +301,25 @@ class GateCheckApi(APIView):
         except ValidationError as exc:
             errors = error_list(exc)
             return _error(f"Invalid gate request: {errors[0]['loc']}: {errors[0]['msg']}", errors)
-        event = ProposedEvent(
-            type="proposed",
-            format=gate.format,
-            call=gate.call,
-            operation_id=gate.operation_id,
-            request_id=gate.request_id,
-            conversation_id=gate.conversation_id,
-            trace_id=gate.trace_id,
-            actor=gate.actor,
-            **services.gate_envelope(gate),
-        )
+        kind = "turn" if "turn" in gate.model_fields_set else "proposed"
+        if kind == "turn":
+            if gate.operation_id:
+                return _error(
+                    "Invalid gate request: operation_id: the calls of a turn get their own "
+                    "operation IDs; leave it out",
+                    [{"loc": "operation_id", "msg": "not allowed with turn"}],
+                )
+            event = TurnEvent(
+                type="turn", format=gate.format, response=gate.turn, **_gate_ids(gate)
+            )
+        else:
+            event = ProposedEvent(
+                type="proposed",
+                format=gate.format,
+                call=gate.call,
+                operation_id=gate.operation_id,
+                **_gate_ids(gate),
+            )
         # the same path as /events, then applied at once (after the events received before it)
         [received] = events_receive(
             project=principal.project, agent=principal.agent, events=[event]
@@ -309,7 +329,7 @@ class GateCheckApi(APIView):
         inbox_drain(principal.project.pk)
         found = event_answer(principal.project, event.event_id)
         if (
-            found is None or found["kind"] != "proposed"
+            found is None or found["kind"] != kind
         ):  # a re-sent check finds its first answer; not another kind
             return _error(
                 "This event_id was already used for another kind of event; send a new one.",
@@ -323,9 +343,25 @@ class GateCheckApi(APIView):
             return _error(
                 found["errors"][0]["msg"],
                 found["errors"],
-                code=status.HTTP_500_INTERNAL_SERVER_ERROR if failed else status.HTTP_409_CONFLICT,
+                code=status.HTTP_500_INTERNAL_SERVER_ERROR
+                if failed
+                else status.HTTP_400_BAD_REQUEST
+                if kind == "turn"
+                else status.HTTP_409_CONFLICT,
             )
+        if kind == "turn":
+            return Response({"calls": found["calls"]})
         return Response(found["answer"])
+
+
+def _gate_ids(gate: GateRequest) -> dict:
+    return {
+        "request_id": gate.request_id,
+        "conversation_id": gate.conversation_id,
+        "trace_id": gate.trace_id,
+        "actor": gate.actor,
+        **services.gate_envelope(gate),
+    }
 
 
 class EventDetailApi(APIView):

@@ -24,6 +24,7 @@ from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from callgate import causes
 from callgate.taxonomy import (
     PROPOSAL_PRECEDENCE,
     REASK_REASONS,
@@ -33,7 +34,7 @@ from callgate.taxonomy import (
     category_of,
     route_of,
 )
-from callgate_sdk.providers import Proposal, json_type, mcp_result_is_error, mcp_result_text
+from callgate_sdk.providers import Proposal, json_type
 
 R = Reason
 
@@ -55,7 +56,6 @@ FORMAT_EXAMPLES = {
     "uri": "https://example.com/path",
 }
 MAX_VALUE_CHARS = 60
-MAX_ERROR_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,13 @@ class Contract:
     max_reasks: int = 2
     requires_approval: bool = False
     description: str = ""
+    volatile_arguments: tuple[str, ...] = ()
+    max_identical: int = 3
+    not_found_may_hide_forbidden: bool = False
+    result_error_markers: bool = True
+    #: False for the stand-in of a tool with no registered contract (the gate answered
+    #: ``unknown_tool`` and the runtime executed the call anyway)
+    registered: bool = True
 
     @property
     def schema_key(self) -> str:
@@ -109,6 +116,8 @@ class Verdict:
     observation: str = ""
     problems: tuple[Problem, ...] = field(default_factory=tuple)
     underlying: Reason | None = None
+    #: how an execution's failure was read (``callgate.causes``), for the call's event
+    cause: causes.Cause | None = None
 
     @property
     def category(self) -> Category | None:
@@ -518,6 +527,27 @@ def validate_arguments(
 # --- proposals ----------------------------------------------------------------------------
 
 
+#: The re-ask budget of a tool with no contract (``unknown_tool`` included; TAXONOMY v2).
+NO_CONTRACT_REASKS = 2
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the request and the model turn know of a proposal (TAXONOMY v2): how many times
+    this tool was proposed with these canonical arguments in this request, this one included
+    (``identical``), a sticky refusal of the same tool and arguments in this request, and the
+    turn-level findings (``duplicate_call_id``: an earlier call of the turn had this call ID;
+    ``in_flight``: an earlier call of the turn has the same tool and canonical arguments)."""
+
+    identical: int = 1
+    sticky: Verdict | None = None
+    duplicate_call_id: bool = False
+    in_flight: bool = False
+
+
+NO_CONTEXT = Context()
+
+
 def classify_proposal(
     proposal: Proposal,
     *,
@@ -525,30 +555,49 @@ def classify_proposal(
     existing: Existing | None,
     arguments_digest: str,
     reasks_used: int,
+    context: Context = NO_CONTEXT,
 ) -> Verdict:
-    """Classify a proposed call at the gate (precedence of ``TAXONOMY.md``).
+    """Classify a proposed call at the gate (the precedence of ``TAXONOMY.md`` v2).
 
     ``tools``: the contracts registered for the agent, by name. ``existing``: the call
     already stored under the proposal's operation ID. ``arguments_digest``: SHA-256 of the
-    canonical arguments (empty when they do not parse). ``reasks_used``: re-asks already
-    spent for this request and tool. Returns ``ALLOWED`` when the call may execute."""
+    canonical arguments without the contract's volatile ones (empty when they do not parse).
+    ``reasks_used``: re-asks already spent for this request and tool. ``context``: the
+    request's and the turn's findings (``Context``). Returns ``ALLOWED`` when the call may
+    execute. Every reason routed ``reask`` passes through the re-ask budget (no contract:
+    ``NO_CONTRACT_REASKS``)."""
     if proposal.malformed:
         return verdict(R.MALFORMED_CALL, observe_malformed(proposal.malformed, tools))
     contract = tools.get(proposal.tool or "")
     if contract is None:
-        return verdict(R.UNKNOWN_TOOL, observe_unknown_tool(proposal.tool or "", tools))
+        name = proposal.tool or ""
+        result = verdict(R.UNKNOWN_TOOL, observe_unknown_tool(name, tools))
+        return _reask_budget(result, name, NO_CONTRACT_REASKS, reasks_used)
+    budget = (contract.name, contract.max_reasks, reasks_used)
     if not proposal.arguments_ok:
         result = verdict(
             R.INVALID_JSON,
             observe_invalid_json(contract, proposal.parse_error or "not a JSON object"),
         )
-        return _reask_budget(result, contract, reasks_used)
+        return _reask_budget(result, *budget)
+    if proposal.call_id_missing:
+        return _reask_budget(verdict(R.MISSING_CALL_ID, observe_missing_call_id(contract)), *budget)
+    if context.duplicate_call_id:
+        return _reask_budget(
+            verdict(R.DUPLICATE_CALL_ID, observe_duplicate_call_id(contract)), *budget
+        )
+    if context.identical > contract.max_identical:
+        return verdict(R.LOOP_DETECTED, observe_loop(contract, context.identical))
+    if context.sticky is not None:
+        return context.sticky
     if (
         existing is not None
         and existing.arguments_digest
         and existing.arguments_digest != arguments_digest
     ):
         return verdict(R.IDEMPOTENCY_MISMATCH, observe_idempotency_mismatch(contract))
+    if context.in_flight and contract.effect == "write":
+        return verdict(R.DUPLICATE_IN_FLIGHT, observe_in_flight(contract))
     if existing is not None and existing.has_receipt:
         return verdict(R.DUPLICATE_SUPPRESSED, observe_duplicate(contract))
     problems = validate_arguments(
@@ -558,39 +607,73 @@ def classify_proposal(
         result = verdict(
             problems[0].reason, observe_problems(contract, problems), problems=tuple(problems)
         )
-        return _reask_budget(result, contract, reasks_used)
+        return _reask_budget(result, *budget)
     if contract.requires_approval:
         return verdict(R.APPROVAL_PENDING, observe_approval_pending(contract))
     return ALLOWED
 
 
-def _reask_budget(result: Verdict, contract: Contract, reasks_used: int) -> Verdict:
-    """``reask_exhausted`` replaces a re-ask reason once the budget is spent."""
-    if result.reason in REASK_REASONS and reasks_used >= contract.max_reasks:
-        return verdict(
-            R.REASK_EXHAUSTED,
-            f"The arguments for {contract.name} are still not valid after {reasks_used} correction(s); "
-            f"stop calling {contract.name} for this request and tell the user what went wrong.\n"
-            + result.observation,
-            problems=result.problems,
-            underlying=result.reason,
-        )
-    return result
+def _reask_budget(result: Verdict, name: str, max_reasks: int, reasks_used: int) -> Verdict:
+    """``reask_exhausted`` replaces a re-ask reason once the request's budget for the tool is
+    spent (TAXONOMY "Precedence"). Its observation never invites another call."""
+    if result.reason not in REASK_REASONS or reasks_used < max_reasks:
+        return result
+    found = [f"- {p.path}: {p.message}" for p in result.problems]
+    return verdict(
+        R.REASK_EXHAUSTED,
+        f"{name} was not executed: {EXHAUSTED_CAUSE.get(result.reason, 'it failed again')} "
+        f"(already re-asked {reasks_used} time(s) in this request). Stop calling {name} for "
+        "this request and tell the user what went wrong."
+        + ("\n" + "\n".join(found) if found else ""),
+        problems=result.problems,
+        underlying=result.reason,
+    )
+
+
+#: How a ``reask_exhausted`` observation names the cause it replaced.
+EXHAUSTED_CAUSE = {
+    R.UNKNOWN_TOOL: "no tool of that name is registered",
+    R.INVALID_JSON: "its arguments are still not a valid JSON object",
+    R.MISSING_CALL_ID: "the call still carries no identifier",
+    R.DUPLICATE_CALL_ID: "the calls of one response still could not be told apart",
+    R.UNKNOWN_ARGUMENT: "its arguments are still not valid",
+    R.MISSING_REQUIRED: "its arguments are still not valid",
+    R.TYPE_MISMATCH: "its arguments are still not valid",
+    R.ENUM_VIOLATION: "its arguments are still not valid",
+    R.CONSTRAINT_VIOLATION: "its arguments are still not valid",
+    R.TOOL_ERROR: "the tool still reports an error",
+    R.PARTIAL_FAILURE: "some of its items still fail",
+    R.REFERENCE_NOT_FOUND: "the target still finds nothing for what the arguments refer to",
+}
+
+
+def spend_reask(result: Verdict, *, name: str, max_reasks: int, reasks_used: int) -> Verdict:
+    """An execution outcome routed ``reask`` (``tool_error``, ``partial_failure``,
+    ``reference_not_found``) through the request's re-ask budget, like a gate problem. The
+    call ran: its observation says it failed again, keeps the first sentence of the cause
+    that was read (when that sentence invites nothing) and never invites another call."""
+    if result.reason not in REASK_REASONS or reasks_used < max_reasks:
+        return result
+    first = result.observation.split("\n")[0].split(". ")[0].strip().rstrip(".")
+    cause = (
+        f" {first}." if first and not re.search(r"again|retry|correct|change", first, re.I) else ""
+    )
+    return verdict(
+        R.REASK_EXHAUSTED,
+        f"{name} failed again (already re-asked {reasks_used} time(s) in this request): "
+        f"{EXHAUSTED_CAUSE.get(result.reason, 'it still fails')}.{cause} Stop calling {name} "
+        "for this request and tell the user what went wrong.",
+        underlying=result.reason,
+    )
 
 
 # --- attempts and later events ------------------------------------------------------------
 
-_CONNECT_ERRORS = re.compile(
-    r"connection ?refused|ConnectError|name or service not known|nodename nor servname|"
-    r"getaddrinfo|DNS|no route to host|network is unreachable",
-    re.I,
-)
-_QUOTA_ERRORS = re.compile(r"rate.?limit|quota|too many requests", re.I)
-
 
 @dataclass(frozen=True)
 class Attempt:
-    """One execution as the agent reported it."""
+    """One execution as the agent reported it (``AttemptEvent``). ``jsonrpc_error`` is an MCP
+    server's JSON-RPC error object ``{"code", "message", "data"?}``."""
 
     sent: bool | None
     outcome: str  # success | error | timeout | connection_reset | circuit_open
@@ -599,6 +682,7 @@ class Attempt:
     result: Any = None
     result_count: int | None = None
     result_format: str | None = None
+    jsonrpc_error: Mapping[str, Any] | None = None
 
 
 def is_empty_result(result: Any, result_count: int | None) -> bool:
@@ -613,66 +697,118 @@ def classify_attempt(
     contract: Contract,
     attempts_used: int,
     deadline_passed: bool,
-    operation_id: str = "",
+    tool_names: Iterable[str] = (),
+    gate_passed: bool = True,
 ) -> Verdict:
-    """Classify one execution. ``attempts_used`` counts executions including this one."""
-    reason = attempt_reason(attempt, contract)
-    if reason in (R.OK, R.EMPTY_RESULT):
-        return verdict(reason, "")
+    """Classify one execution. ``attempts_used`` counts executions including this one;
+    ``tool_names`` are the agent's registered tools (named when a call without a contract
+    turns out to be an unknown tool); ``gate_passed`` is False when the gate refused the call
+    and the runtime executed it anyway (its server's -32602 then confirms bad arguments). The verdict's ``cause`` tells how the failure's cause
+    was read (``callgate.causes``); ``retry_exhausted`` replaces a retryable reason once the
+    attempts or the deadline run out (the re-ask budget is the caller's: ``spend_reask``)."""
+    cause = attempt_cause(attempt, contract)
+    if cause is None:
+        result = attempt.result
+        if attempt.result_format == "mcp" and isinstance(result, dict) and "content" in result:
+            result = result.get("structuredContent") or result.get("content")
+        return verdict(
+            R.EMPTY_RESULT if is_empty_result(result, attempt.result_count) else R.OK, ""
+        )
+    reason = cause_reason(cause, contract, gate_passed=gate_passed)
     result = verdict(
         reason,
-        observe_attempt(reason, attempt, contract, operation_id),
+        observe_attempt(reason, cause, contract, tool_names),
         idempotent=contract.idempotent,
+        cause=cause,
     )
     return _retry_budget(result, contract, attempts_used, deadline_passed)
 
 
-def attempt_reason(attempt: Attempt, contract: Contract) -> Reason:
-    """The reason one attempt maps to (before budgets)."""
+def attempt_cause(attempt: Attempt, contract: Contract) -> causes.Cause | None:
+    """How ``attempt`` failed (``callgate.causes``), or None when it succeeded and its result
+    reports no failure (with the contract's ``result_error_markers``)."""
+    mcp = attempt.result_format == "mcp"
     status = attempt.http_status
-    if attempt.outcome == "success":
-        if attempt.result_format == "mcp" and mcp_result_is_error(attempt.result):
-            return R.TOOL_ERROR
-        if status is not None and status >= 400:
-            return _status_reason(status, attempt, contract)
-        result = attempt.result
-        if attempt.result_format == "mcp" and isinstance(result, dict) and "content" in result:
-            result = result.get("structuredContent") or result.get("content")
-        return R.EMPTY_RESULT if is_empty_result(result, attempt.result_count) else R.OK
-    if attempt.outcome == "circuit_open":
+    if attempt.outcome == "success" and not attempt.jsonrpc_error:
+        found = causes.read_result(attempt.result, mcp=mcp, markers=contract.result_error_markers)
+        if found is not None or status is None or status < 400:
+            return found
+    rpc = attempt.jsonrpc_error or {}
+    code = rpc.get("code") if isinstance(rpc.get("code"), int) else None
+    if code is not None and 400 <= code <= 599 and (status is None or status < 400):
+        status, code = code, None  # a server that puts the HTTP status in the JSON-RPC code
+    texts = [attempt.error or ""]
+    if isinstance(rpc.get("message"), str):
+        texts.append(rpc["message"])
+    if rpc.get("data") is not None:
+        data = rpc["data"]
+        texts.append(data if isinstance(data, str) else json.dumps(data, default=str))
+    if not any(texts) and attempt.result is not None:  # an error result that tells its cause
+        embedded = causes.read_result(attempt.result, mcp=mcp, markers=True)
+        if embedded is not None and embedded.text:
+            texts.append(embedded.text)
+    source = (
+        "the error text"
+        if attempt.error
+        else "the JSON-RPC error message"
+        if len(texts) > 1 and rpc
+        else "the result"
+    )
+    return causes.read_failure(
+        causes.Failure(
+            outcome=attempt.outcome,
+            sent=attempt.sent,
+            http_status=status,
+            code=code,
+            text="\n".join(t for t in texts if t),
+            source=source,
+        )
+    )
+
+
+def cause_reason(cause: causes.Cause, contract: Contract, *, gate_passed: bool = True) -> Reason:
+    """The reason a cause maps to for this contract (TAXONOMY v2): timeouts, resets and
+    server errors by the tool's effect and reconcilability, a 404 by what its text says of
+    access and ``not_found_may_hide_forbidden``, JSON-RPC -32601/-32602 by whether the call
+    had a contract and passed the gate's validation (``contract_drift``)."""
+    kind = cause.kind
+    if kind == causes.CIRCUIT_OPEN:
         return R.CIRCUIT_OPEN
-    if attempt.sent is False:
-        if status == 429 or _QUOTA_ERRORS.search(attempt.error or ""):
-            return R.RATE_LIMITED
-        return R.UNAVAILABLE
-    if attempt.outcome in ("timeout", "connection_reset"):
+    if kind == causes.NOT_SENT:
+        return R.RATE_LIMITED if cause.status == 429 else R.UNAVAILABLE
+    if kind in (causes.TIMEOUT, causes.RESET):
         return _unknown_outcome(contract)
-    if status is not None:
-        return _status_reason(status, attempt, contract)
-    error = attempt.error or ""
-    if _CONNECT_ERRORS.search(error):
-        return R.UNAVAILABLE
-    if _QUOTA_ERRORS.search(error):
-        return R.RATE_LIMITED
-    return R.TOOL_ERROR  # an exception in the tool's own code
+    if kind == causes.REFUSED_VALID_CALL:
+        if cause.code == -32601:  # method not found
+            return R.CONTRACT_DRIFT if contract.registered else R.UNKNOWN_TOOL
+        return R.CONTRACT_DRIFT if contract.registered and gate_passed else R.TOOL_ERROR
+    if kind == causes.PARTIAL:
+        return R.PARTIAL_FAILURE
+    if kind == causes.STATUS and cause.status is not None:
+        return _status_reason(cause, contract)
+    return R.TOOL_ERROR  # the envelope refused, or an error of the tool's own
 
 
-def _status_reason(status: int, attempt: Attempt, contract: Contract) -> Reason:
-    if status == 401:
-        return R.AUTHENTICATION_FAILED
-    if status == 403:
-        return R.PERMISSION_DENIED
-    if status in (404, 410):
-        return R.REFERENCE_NOT_FOUND
-    if status == 409:
-        return R.CONFLICT
-    if status == 429:
-        return R.RATE_LIMITED
-    if status == 503:
-        return R.UNAVAILABLE
-    if 400 <= status < 500:
-        return R.TOOL_ERROR
-    if status >= 500:
+#: HTTP statuses with a reason of their own; any other 4xx is ``tool_error``, any other 5xx
+#: an unknown outcome (by effect)
+STATUS_REASONS = {
+    401: R.AUTHENTICATION_FAILED,
+    403: R.PERMISSION_DENIED,
+    404: R.REFERENCE_NOT_FOUND,
+    410: R.REFERENCE_NOT_FOUND,
+    409: R.CONFLICT,
+    429: R.RATE_LIMITED,
+    503: R.UNAVAILABLE,
+}
+
+
+def _status_reason(cause: causes.Cause, contract: Contract) -> Reason:
+    status = cause.status or 0
+    if status == 404 and (contract.not_found_may_hide_forbidden or cause.speaks_of_access):
+        return R.NOT_FOUND_OR_FORBIDDEN
+    if status in STATUS_REASONS:
+        return STATUS_REASONS[status]
+    if status == 408 or status >= 500:  # 408 Request Timeout: a timeout like any other
         return _unknown_outcome(contract)
     return R.TOOL_ERROR
 
@@ -698,9 +834,10 @@ def _retry_budget(
     )
     return verdict(
         R.RETRY_EXHAUSTED,
-        f"{contract.name} could not be completed: {why} (last failure: {result.reason}). "
-        "Do not call it again; an operator will review it.",
+        f"{contract.name} could not be completed: {why} (last failure: "
+        f"{result.reason.replace('_', ' ')}). Do not call it again; an operator will review it.",
         underlying=result.reason,
+        cause=result.cause,
     )
 
 
@@ -759,14 +896,18 @@ def classify_decision(
 ) -> Verdict:
     """An operator's decision (TAXONOMY "Human decisions").
 
-    ``approve`` of an approval lets the call execute (``ALLOWED``); ``reject`` of an approval
+    ``approve`` of an approval lets the call execute (``approval_granted``, route ``proceed``,
+    until its first attempt's classification replaces it); ``reject`` of an approval
     is ``approval_rejected`` with the operator's reason as the observation; ``approve_retry``
     sends the call back to ``retry``; ``mark_applied`` is ``reconciled_applied``; ``reject`` and
     ``mark_failed`` of an escalated call keep its reason with route ``stop``."""
     text = (reason or "").strip()
     said = f" Reason: {text}{'' if text.endswith(('.', '!', '?')) else '.'}" if text else ""
     if decision == "approve":
-        return ALLOWED
+        return verdict(
+            R.APPROVAL_GRANTED,
+            f"An operator approved the call to {contract_name}; it may run.{said}",
+        )
     if decision == "reject" and current in (R.APPROVAL_PENDING, None):
         return verdict(
             R.APPROVAL_REJECTED,
@@ -854,8 +995,41 @@ def observe_problems(contract: Contract, problems: list[Problem]) -> str:
 
 def observe_idempotency_mismatch(contract: Contract) -> str:
     return (
-        f"This operation ID of {contract.name} was already used with different arguments; it was not executed. "
-        "A different call needs a new operation ID."
+        f"This call to {contract.name} repeats an operation that was already made with other "
+        "arguments, so it was not executed. Do not send it again; tell the user that this "
+        "change needs a new request."
+    )
+
+
+def observe_missing_call_id(contract: Contract) -> str:
+    return (
+        f"The call to {contract.name} was not executed: it carried no identifier, so its result "
+        f"could not be matched to it. Emit the call to {contract.name} once more as one complete "
+        "structured tool call."
+    )
+
+
+def observe_duplicate_call_id(contract: Contract) -> str:
+    return (
+        f"The call to {contract.name} was not executed: it had the same identifier as an earlier "
+        "call of the same response, so their results could not be told apart. The earlier call "
+        f"is handled; emit this call to {contract.name} once more in your next response."
+    )
+
+
+def observe_in_flight(contract: Contract) -> str:
+    return (
+        f"This call to {contract.name} repeats an earlier call of the same response with the "
+        "same arguments: it is the same action and runs only once. It was not executed; use "
+        "the result of the first call."
+    )
+
+
+def observe_loop(contract: Contract, identical: int) -> str:
+    return (
+        f"{contract.name} was proposed {identical} times with the same arguments in this "
+        f"request; it was not executed again. Stop calling {contract.name} with these "
+        "arguments and tell the user what happened."
     )
 
 
@@ -877,59 +1051,167 @@ def observe_permission_denied(contract_name: str) -> str:
     )
 
 
-def sanitise_error(error: str | None) -> str:
-    """The target's error message without stack traces or file paths, shortened."""
-    if not error:
-        return ""
-    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith(("Traceback", 'File "', "at ", "^"))]
-    text = lines[-1] if lines else ""
-    text = re.sub(r"(/[\w.\-]+){2,}", "…", text)
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
-
-
 def observe_attempt(
-    reason: Reason, attempt: Attempt, contract: Contract, operation_id: str = ""
+    reason: Reason, cause: causes.Cause, contract: Contract, tool_names: Iterable[str] = ()
 ) -> str:
+    """The observation for a failed execution (TAXONOMY v2 "Observation text"): it agrees
+    with the route, names the cause that was read, advises changing the arguments only when
+    the cause is about them, never names operation or call IDs, and quotes the target's text
+    cut to ``causes.QUOTE_CHARS`` without markup or control characters. A refusal
+    (``permission_denied``, ``not_found_or_forbidden``) quotes nothing of the target."""
     name = contract.name
-    status = f" (HTTP {attempt.http_status})" if attempt.http_status else ""
-    error = sanitise_error(
-        mcp_result_text(attempt.result)
-        if attempt.result_format == "mcp" and not attempt.error
-        else attempt.error
-    )
-    said = f": {error}" if error else ""
-    op = f" (operation {operation_id})" if operation_id else ""
+    what = cause_words(cause)
+    # a 2xx named in the target's text is no cause, and a failure is never "HTTP 200"
+    quote = _SUCCESS_STATUS.sub("…", causes.quote_target(cause.text))
+    said = f' The target said: "{quote}".' if quote else ""
     if reason == R.PERMISSION_DENIED:
         return observe_permission_denied(name)
-    if reason == R.AUTHENTICATION_FAILED:
-        return (
-            f"The target rejected the credentials used for {name}{status}. This is a configuration problem; "
-            "retrying cannot help. An operator will review it."
-        )
-    if reason == R.REFERENCE_NOT_FOUND:
-        return (
-            f"{name} failed: the target found nothing for an entity your arguments refer to{status}{said}. "
-            "Check the identifiers you used (do not invent them) and call it again with existing ones."
-        )
-    if reason in (R.RATE_LIMITED, R.UNAVAILABLE, R.CIRCUIT_OPEN, R.READ_FAILURE):
-        return (
-            f"{name} failed with a temporary error ({reason.replace('_', ' ')}{status}). It will be retried "
-            "under the same operation ID after a backoff; do not change the arguments."
-        )
-    if reason == R.OUTCOME_UNKNOWN:
-        return (
-            f"The outcome of {name} is unknown{status}: the request may have been applied{op}. Do not call it "
-            "again; the target system is being checked for this operation first."
-        )
-    if reason == R.NOT_RECONCILABLE:
-        return (
-            f"The outcome of {name} is unknown{status} and cannot be looked up in the target. Do not call it "
-            "again; an operator will review it."
-        )
-    if reason == R.CONFLICT:
-        return (
-            f"{name} hit a conflict in the target{status}: the object changed while the call ran. Do not retry; "
-            "an operator will review it."
-        )
-    return f"{name} failed{status}{said}. Correct the arguments if that helps, then call it again."
+    if reason == R.UNKNOWN_TOOL:
+        return observe_unknown_tool(name, dict.fromkeys(tool_names))
+    if reason == R.PARTIAL_FAILURE:
+        return observe_partial_failure(name, cause)
+    text = OBSERVATIONS.get(reason)
+    if text is None:  # tool_error
+        if cause.kind == causes.ENVELOPE:
+            text = (
+                "The server of {name} could not read the request{detail}.{said} This is not "
+                "about your arguments; send the call to {name} once more, or answer without it."
+            )
+        elif about_arguments(cause):
+            text = (
+                "{name} refused the arguments{detail}.{said} Change the arguments to fix this, "
+                "then call {name} again."
+            )
+        else:
+            text = (
+                "{name} reported an error{detail}.{said} If the error is about your arguments, "
+                "change them and call {name} again; otherwise do not repeat the same call."
+            )
+    return text.format(name=name, what=what, detail=cause_detail(cause), said=said)
+
+
+_SUCCESS_STATUS = re.compile(r"(?i)\b(?:HTTP(?:/[\d.]+)?|status(?:[\s_-]?code)?)[\s:=]{0,3}2\d\d\b")
+
+#: Observations by reason ({name}: the tool, {what}: the cause read in words, {detail}: the
+#: HTTP status or JSON-RPC code named, in brackets, {said}: the target's text quoted). Retried
+#: reasons need no new call from the model; refusals and unknown outcomes never invite one.
+OBSERVATIONS: dict[Reason, str] = {
+    R.RATE_LIMITED: (
+        "{name} was rate limited by the target{detail}, so the call did not go through. It "
+        "will be retried with the same arguments after a backoff; they need no change."
+    ),
+    R.UNAVAILABLE: (
+        "{name} could not be carried out: {what}{detail}, so nothing was done. It will be "
+        "retried with the same arguments after a backoff; they need no change."
+    ),
+    R.CIRCUIT_OPEN: (
+        "{name} was not sent: {what} after repeated failures of its target. It will be retried "
+        "with the same arguments after a backoff; they need no change."
+    ),
+    R.READ_FAILURE: (
+        "{name} failed with a temporary error: {what}{detail}. It is safe to repeat and will be "
+        "retried with the same arguments after a backoff; they need no change."
+    ),
+    R.OUTCOME_UNKNOWN: (
+        "The outcome of {name} is unknown ({what}{detail}): the request may have reached the "
+        "target, so the change may have been applied. Do not call {name} again; the target is "
+        "being checked for this change first."
+    ),
+    R.NOT_RECONCILABLE: (
+        "The outcome of {name} is unknown ({what}{detail}): the request may have reached the "
+        "target, so the change may have been applied, and it cannot be looked up there. Do "
+        "not call {name} again; an operator will review it."
+    ),
+    R.AUTHENTICATION_FAILED: (
+        "The target refused the credential used for {name}{detail}. This is a configuration "
+        "problem that neither other arguments nor a retry can solve; an operator will review "
+        "it. Do not call {name} again; tell the user."
+    ),
+    R.NOT_FOUND_OR_FORBIDDEN: (
+        "{name} was answered 'not found', but the target may hide a resource that this "
+        "credential is not allowed to see, so your identifiers are not necessarily wrong. An "
+        "operator will check the credential's access. Do not call {name} again for now; tell "
+        "the user it is being checked."
+    ),
+    R.REFERENCE_NOT_FOUND: (
+        "{name} failed: the target found nothing for something your arguments refer to"
+        "{detail}.{said} Check the identifiers you used (do not invent them) and call {name} "
+        "again with existing ones, or ask the user."
+    ),
+    R.CONFLICT: (
+        "{name} hit a conflict in the target{detail}: the object changed while the call ran."
+        "{said} Do not retry; an operator will review it."
+    ),
+    R.CONTRACT_DRIFT: (
+        "The server of {name} refused a call that matches the tool's registered contract"
+        "{detail}.{said} The contract no longer describes the server, so a different call "
+        "cannot solve this; an operator will review it. Do not call {name} again for this "
+        "request."
+    ),
+}
+
+#: A failure whose cause is about the arguments: the target refused them as invalid.
+_ABOUT_ARGUMENTS = re.compile(
+    r"(?i)validat|invalid\s+(?:argument|param|value|input|field|format|type)|must\s+be\b|"
+    r"\bis\s+required|required\s+(?:field|param|argument|property)|\bexpected\b|unprocessable|"
+    r"bad\s+request|malformed|unknown\s+(?:field|param|argument|property)"
+)
+
+
+def about_arguments(cause: causes.Cause) -> bool:
+    """True when the cause is about the arguments: HTTP 400 or 422, JSON-RPC -32602 of a call
+    without a contract, or a text that speaks of validation."""
+    return (
+        cause.status in (400, 422)
+        or cause.kind == causes.REFUSED_VALID_CALL
+        or bool(_ABOUT_ARGUMENTS.search(cause.text))
+    )
+
+
+def cause_words(cause: causes.Cause) -> str:
+    """The kind of failure that was read, in a few plain words for an observation."""
+    kind = cause.kind
+    if kind == causes.NOT_SENT:
+        return "the target could not be reached before the request was sent"
+    if kind == causes.CIRCUIT_OPEN:
+        return "the circuit breaker is open"
+    if kind == causes.TIMEOUT or cause.status == 408:
+        return "it timed out"
+    if kind == causes.RESET:
+        return "the connection broke before the answer arrived"
+    if cause.status == 503:
+        return "the service is unavailable"
+    if cause.status and cause.status >= 500:
+        return "the server failed"
+    return "the tool failed"
+
+
+def cause_detail(cause: causes.Cause) -> str:
+    """The HTTP status and JSON-RPC code that were named, in brackets (or nothing): an HTTP
+    status only when one was named, so always 4xx or 5xx, never an operation ID."""
+    named = []
+    if cause.status_named and cause.status:
+        named.append(f"HTTP {cause.status}")
+    if cause.code is not None:
+        name = causes.JSONRPC_NAMES.get(cause.code)
+        named.append(f"JSON-RPC {cause.code}" + (f" {name}" if name else ""))
+    return f" ({', '.join(named)})" if named else ""
+
+
+def observe_partial_failure(name: str, cause: causes.Cause) -> str:
+    """Names the failed items (at most 20) and says the others are done (TAXONOMY v2)."""
+    shown = [
+        f'"{causes.quote_target(item.item, 100)}"'
+        + (f" ({causes.quote_target(item.error, 120)})" if item.error else "")
+        for item in cause.failed_items[:20]
+    ]
+    more = cause.failed_count - len(shown)
+    if shown:
+        listed = ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+    else:
+        listed = "the result does not name them"
+    return (
+        f"{name} partly failed: {cause.failed_count} item(s) failed: {listed}. The other items "
+        f"succeeded and are done: do not send them again. If you call {name} again, send only "
+        "the failed items, changed so that their errors do not recur."
+    )

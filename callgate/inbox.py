@@ -28,10 +28,12 @@ from callgate.ingest import (
     call_answer,
     events_apply,
     retry_after,
+    turn_event_ids,
 )
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall, ToolContract
 from callgate.schemas import EVENT_ADAPTER, MAX_CLOCK_SKEW
 from callgate.taxonomy import Route
+from callgate_sdk.providers import envelope_calls
 from callgate_sdk.wire import redact
 
 S = ToolCall.State
@@ -82,6 +84,20 @@ def events_receive(
                     {
                         "loc": "occurred_at",
                         "msg": ("lies more than a day in the future; check the agent's clock"),
+                    }
+                ],
+            )
+            continue
+        if event.type == "proposed" and (count := envelope_calls(event.format, event.call)) > 1:
+            outcomes[index] = Outcome(
+                status="rejected",
+                errors=[
+                    {
+                        "loc": "call",
+                        "msg": (
+                            f"holds {count} tool calls: send a whole model response as one 'turn' "
+                            'event ({"type": "turn", "format", "response"}), not as a proposed call'
+                        ),
                     }
                 ],
             )
@@ -369,41 +385,63 @@ def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[
     return outcomes  # type: ignore[return-value]
 
 
+def _answer_as_left(event: CallEvent) -> dict:
+    """The ``CallAnswer`` as ``event`` left its call: its reason, category, route, verdict,
+    observation and the state it moved the call to; attempts, receipt and decision are the
+    call's now."""
+    answer = call_answer(event.call)
+    if event.route:
+        answer.update(
+            state=event.state_after or answer["state"],
+            reason=event.reason or None,
+            category=event.category or None,
+            route=event.route,
+            observation=event.observation,
+            verdict="pending_approval"
+            if event.state_after == S.PENDING_APPROVAL
+            else VERDICT_FOR_ROUTE[Route(event.route)],
+            retry_after=retry_after(event.call.contract, event.call.attempts)
+            if event.route == Route.RETRY
+            else None,
+        )
+    return answer
+
+
 def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
     """Where one received event stands, or ``None`` when this project never received it:
     ``{"event_id", "status", "errors", "answer"}`` with status ``pending`` (in the inbox),
     ``rejected`` (refused by the rules when applied; ``errors`` say why) or ``applied``
     (``answer``: the ``CallAnswer`` as this event left the call: its reason, category, route,
     verdict, observation and the state it moved the call to; attempts, receipt and decision
-    are the call's now; ``GET /api/v1/calls/{operation_id}`` has where the call stands now)."""
+    are the call's now; ``GET /api/v1/calls/{operation_id}`` has where the call stands now).
+    For a ``turn`` event (kind ``turn``): ``calls``, one such answer per call of the turn, in
+    order, and ``answer`` is the first's."""
     event = (
         CallEvent.objects.select_related("call__contract")
         .filter(project=project, event_id=event_id)
         .first()
     )
     if event is not None:
-        answer = call_answer(event.call)
-        if event.route:
-            answer.update(
-                state=event.state_after or answer["state"],
-                reason=event.reason or None,
-                category=event.category or None,
-                route=event.route,
-                observation=event.observation,
-                verdict="pending_approval"
-                if event.state_after == S.PENDING_APPROVAL
-                else VERDICT_FOR_ROUTE[Route(event.route)],
-                retry_after=retry_after(event.call.contract, event.call.attempts)
-                if event.route == Route.RETRY
-                else None,
-            )
-        return {
+        found = {
             "event_id": str(event_id),
             "status": "applied",
             "kind": event.kind,
             "errors": [],
-            "answer": answer,
+            "answer": _answer_as_left(event),
         }
+        turn = event.body.get("turn") if isinstance(event.body, dict) else None
+        if turn and event.kind == "proposed":
+            ids = turn_event_ids(turn["event_id"], int(turn["calls"]))
+            parts = {
+                part.event_id: part
+                for part in CallEvent.objects.select_related("call__contract").filter(
+                    project=project, event_id__in=ids
+                )
+            }
+            found["kind"] = "turn"
+            found["calls"] = [_answer_as_left(parts[i]) for i in ids if i in parts]
+            found["answer"] = found["calls"][0] if found["calls"] else found["answer"]
+        return found
     row = (
         InboxEvent.objects.filter(project=project, event_id=event_id)
         .only("status", "errors", "body")

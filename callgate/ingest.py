@@ -49,10 +49,11 @@ from callgate.schemas import (
     ProposedEvent,
     ReceiptEvent,
     ReconciledEvent,
+    TurnEvent,
 )
-from callgate.taxonomy import REASK_REASONS, Reason, Route
-from callgate_sdk.providers import normalise
-from callgate_sdk.wire import canonical_json, derive_operation_id, redact
+from callgate.taxonomy import REASK_REASONS, REFUSALS, STICKY_REASONS, Reason, Route
+from callgate_sdk.providers import TurnError, normalise, split_turn
+from callgate_sdk.wire import canonical_arguments, cut_texts, derive_operation_id, redact
 
 S = ToolCall.State
 logger = logging.getLogger(__name__)
@@ -82,6 +83,10 @@ def contract_view(contract: ToolContract) -> cls.Contract:
         max_reasks=contract.max_reasks,
         requires_approval=contract.requires_approval,
         description=contract.description,
+        volatile_arguments=tuple(contract.volatile_arguments or ()),
+        max_identical=contract.max_identical,
+        not_found_may_hide_forbidden=contract.not_found_may_hide_forbidden,
+        result_error_markers=contract.result_error_markers,
     )
 
 
@@ -114,6 +119,8 @@ def call_answer(call: ToolCall, *, contract: ToolContract | None = None) -> dict
         }
     return {
         "operation_id": call.operation_id,
+        "call_id": call.call_id or None,
+        "executed_by": call.executed_by,
         "verdict": verdict,
         "state": call.state,
         "reason": call.reason or None,
@@ -152,17 +159,61 @@ class Rejected(Exception):
 
 @dataclass
 class _Prepared:
-    """A proposal normalised and keyed before the calls are loaded."""
+    """A proposal normalised and keyed before the calls are loaded: its operation ID, the
+    digest of its canonical arguments without the volatile ones (``digest``, empty when they
+    do not parse) and the key that counts identical proposals in the request (``loop_key``)."""
 
     proposal: Any
     operation_id: str
     digest: str
+    loop_key: str
+    item: Any = None  # the provider's call object
+    executed_by: str = "client"
+    result: Any = None  # providers.ProviderResult of a provider-executed call
+    duplicate_call_id: bool = False
+    in_flight: bool = False
 
 
 #: Event types that record a human decision: an agent's key may report them only with
 #: ``ApiKey.can_decide`` (an agent runtime with its own approval UI); ``events_receive``
 #: refuses them otherwise.
 DECISION_TYPES = frozenset({"decision", "approval_expired"})
+
+#: Namespace of the event IDs of a turn's second and later calls (``turn_event_ids``).
+TURN_NAMESPACE = uuid.UUID("5f1b7c2e-3d0a-4c55-9e61-7a2b8c9d0e1f")
+
+
+def turn_event_ids(event_id: uuid.UUID | str, count: int) -> list[uuid.UUID]:
+    """The ``CallEvent`` IDs of a turn's ``count`` calls: the turn's own event ID for the
+    first, a UUIDv5 of it and the call's index for each later one (stable, so a re-sent turn
+    is recognised and ``GET /api/v1/events/{event_id}`` finds them all)."""
+    first = uuid.UUID(str(event_id))
+    return [first] + [uuid.uuid5(TURN_NAMESPACE, f"{first}/{index}") for index in range(1, count)]
+
+
+def _no_contract_view(name: str) -> cls.Contract:
+    """What classification assumes of a tool without a contract (an unknown tool run anyway,
+    a provider-executed tool): a read, the no-contract re-ask budget."""
+    return cls.Contract(
+        name=name or "the tool",
+        parameters={},
+        max_reasks=cls.NO_CONTRACT_REASKS,
+        registered=False,
+    )
+
+
+class _TurnPart:
+    """One call of a turn seen as its own proposal: the turn's envelope with the call's own
+    event ID (``turn_event_ids``)."""
+
+    type = "proposed"
+    operation_id = None
+    call_id = None
+
+    def __init__(self, turn: TurnEvent, event_id: uuid.UUID):
+        self.event_id, self.format, self.occurred_at = event_id, turn.format, turn.occurred_at
+        self.request_id, self.conversation_id = turn.request_id, turn.conversation_id
+        self.trace_id, self.actor = turn.trace_id, turn.actor
 
 
 class _Batch:
@@ -175,12 +226,13 @@ class _Batch:
         self.new_ids: set[str] = set()
         self.changed: set[str] = set()
         self.events: list[tuple[ToolCall, CallEvent]] = []
-        self.budgets: dict[tuple[str, str], int] = {}
         self.budget_rows: dict[tuple[str, str], RequestBudget] = {}
+        self.budgets_changed: set[tuple[str, str]] = set()
         self.to_review: dict[str, str] = {}  # operation_id -> kind
         self.to_settle: dict[str, str] = {}  # operation_id -> note
         self.to_reconcile: set[str] = set()
-        self.prepared: dict[int, _Prepared] = {}
+        self.prepared: dict[int, list[_Prepared]] = {}
+        self.turn_errors: dict[int, TurnError] = {}  # id(event) -> why its envelope is refused
 
     # loading: a fixed number of queries ------------------------------------------------
 
@@ -207,18 +259,20 @@ class _Batch:
 
         op_ids, pairs, budget_keys = set(), set(), set()
         for index, event in enumerate(events):
-            if isinstance(event, ProposedEvent):
-                prepared = self._prepare(event)
+            if isinstance(event, ProposedEvent | TurnEvent):
+                prepared = self._prepare_all(event)
                 self.prepared[index] = prepared
-                op_ids.add(prepared.operation_id)
-                if event.request_id and prepared.proposal.tool:
-                    budget_keys.add((event.request_id, prepared.proposal.tool))
+                for each in prepared:
+                    op_ids.add(each.operation_id)
+                    if event.request_id and each.proposal.tool:
+                        budget_keys.add((event.request_id, each.proposal.tool))
             elif event.operation_id:
                 op_ids.add(event.operation_id)
             elif event.request_id and event.call_id:
                 pairs.add((event.request_id, event.call_id))
         # One query: calls named by operation ID, or by (request ID, call ID); the pairs are
-        # matched by two IN lists and re-checked here (a cross product is harmless).
+        # matched by two IN lists and re-checked here (a cross product is harmless). In
+        # creation order: a call ID reused within a turn names its first call.
         query = Q(operation_id__in=op_ids)
         if pairs:
             query |= Q(request_id__in={r for r, _ in pairs}, call_id__in={c for _, c in pairs})
@@ -227,10 +281,13 @@ class _Batch:
                 ToolCall.objects.select_for_update(of=("self",))
                 .select_related("contract")
                 .filter(query, project=self.project)
+                .order_by("pk")
             )
             for call in rows:
                 if call.operation_id in op_ids or (call.request_id, call.call_id) in pairs:
                     self._remember(call)
+                    if call.request_id and call.tool_name:
+                        budget_keys.add((call.request_id, call.tool_name))
         if (
             budget_keys
         ):  # two IN lists, pairs re-checked here (an OR per pair is too deep for SQLite)
@@ -247,32 +304,107 @@ class _Batch:
     def _remember(self, call: ToolCall) -> None:
         self.calls[call.operation_id] = call
         if call.request_id and call.call_id:
-            self.by_call_id[(call.request_id, call.call_id)] = call
+            self.by_call_id.setdefault((call.request_id, call.call_id), call)
 
-    def _prepare(self, event: ProposedEvent) -> _Prepared:
-        proposal = normalise(event.format, event.call)
-        canonical = canonical_json(proposal.arguments) if proposal.arguments_ok else None
+    def _prepare_all(self, event: ProposedEvent | TurnEvent) -> list[_Prepared]:
+        """The event's calls, prepared: one for a proposal, one per tool call of a turn
+        (with the turn-level findings; the k-th identical call gets the k-th operation ID)."""
+        if isinstance(event, ProposedEvent):
+            return [self._prepare(event, normalise(event.format, event.call), item=event.call)]
+        try:
+            calls = split_turn(event.format, event.response)
+        except TurnError as exc:
+            self.turn_errors[id(event)] = exc
+            return []
+        prepared, seen_ids, identical = [], set(), {}
+        for turn_call in calls:
+            proposal = turn_call.proposal
+            first = self._prepare(event, proposal, item=turn_call.item)
+            key = (proposal.tool, first.loop_key)
+            identical[key] = ordinal = identical.get(key, 0) + 1
+            each = (
+                first
+                if ordinal == 1
+                else self._prepare(event, proposal, item=turn_call.item, ordinal=ordinal)
+            )
+            each.executed_by, each.result = turn_call.executed_by, turn_call.result
+            each.in_flight = ordinal > 1 and proposal.tool is not None
+            if proposal.call_id:
+                each.duplicate_call_id = proposal.call_id in seen_ids
+                seen_ids.add(proposal.call_id)
+            prepared.append(each)
+        return prepared
+
+    def _prepare(
+        self, event: ProposedEvent | TurnEvent, proposal: Any, *, item: Any, ordinal: int = 1
+    ) -> _Prepared:
+        contract = self.tools.get(proposal.tool or "")
+        volatile = contract.volatile_arguments if contract else ()
+        canonical = (
+            canonical_arguments(proposal.arguments, volatile) if proposal.arguments_ok else None
+        )
         digest = hashlib.sha256(canonical).hexdigest() if canonical is not None else ""
-        if event.operation_id:
+        raw = (
+            None if canonical is not None else (proposal.raw_arguments or repr(proposal.arguments))
+        )
+        loop_key = digest or hashlib.sha256(raw.encode(errors="replace")).hexdigest()
+        if event.operation_id and isinstance(event, ProposedEvent):
             operation_id = event.operation_id
         elif event.request_id and proposal.tool:
             operation_id = derive_operation_id(
                 request_id=event.request_id,
                 tool=proposal.tool,
                 canonical=canonical,
-                raw_arguments=None
-                if canonical is not None
-                else (proposal.raw_arguments or repr(proposal.arguments)),
+                raw_arguments=raw,
+                ordinal=ordinal,
             )
         else:
             operation_id = f"op_{uuid.uuid4().hex}"
-        return _Prepared(proposal=proposal, operation_id=operation_id, digest=digest)
+        return _Prepared(
+            proposal=proposal,
+            operation_id=operation_id,
+            digest=digest,
+            loop_key=loop_key,
+            item=item,
+        )
 
     # applying: in memory --------------------------------------------------------------
 
-    def apply(self, index: int, event: Any) -> ToolCall:
+    def apply(self, index: int, event: Any) -> None:
+        """Apply one event in memory: a proposal or a turn creates or answers calls, any
+        other event moves the call it names (``_call_event``)."""
         if isinstance(event, ProposedEvent):
-            return self._proposed(event, self.prepared[index])
+            [prepared] = self.prepared[index]
+            self._proposed(event, prepared, body=self._proposal_body(event.format, prepared))
+        elif isinstance(event, TurnEvent):
+            self._turn(event, self.prepared[index])
+        else:
+            self._call_event(event)
+
+    def _turn(self, event: TurnEvent, prepared: list[_Prepared]) -> None:
+        """One call per tool call of the response, in order, each with its own event
+        (``turn_event_ids``); provider-executed calls are recorded with their result."""
+        if id(event) in self.turn_errors:
+            error = self.turn_errors[id(event)]
+            raise Rejected(error.loc, error.msg)
+        if not prepared:
+            raise Rejected("response", "holds no tool call; there is nothing to record")
+        if event.operation_id:
+            raise Rejected(
+                "operation_id", "the calls of a turn get their own operation IDs; leave it out"
+            )
+        ids = turn_event_ids(event.event_id, len(prepared))
+        for index, each in enumerate(prepared):
+            body = self._proposal_body(event.format, each)
+            body["turn"] = {"event_id": str(event.event_id), "index": index, "calls": len(prepared)}
+            body["executed_by"] = each.executed_by
+            part = _TurnPart(event, ids[index])
+            if each.executed_by == "provider":
+                self._provider_call(part, each, body=body)
+            else:
+                self._proposed(part, each, body=body, turn=True)
+
+    def _call_event(self, event: Any) -> ToolCall:
         call = self._find(event)
         state_before = call.state
         if isinstance(event, DecisionEvent):
@@ -283,10 +415,6 @@ class _Batch:
         name = call.tool_name or "the tool"
         executed = call.attempts > 0
         if isinstance(event, AttemptEvent):
-            if contract is None:
-                raise Rejected(
-                    "type", "this call was refused at the gate; it has no contract to execute"
-                )
             attempts = max(call.attempts + 1, event.attempt or 0)
             attempt = cls.Attempt(
                 sent=event.sent,
@@ -296,14 +424,19 @@ class _Batch:
                 result=event.result,
                 result_count=event.result_count,
                 result_format=event.result_format,
+                jsonrpc_error=event.jsonrpc_error.model_dump() if event.jsonrpc_error else None,
             )
+            view = contract_view(contract) if contract else _no_contract_view(name)
             result = cls.classify_attempt(
                 attempt,
-                contract=contract_view(contract),
+                contract=view,
                 attempts_used=attempts,
                 deadline_passed=bool(call.deadline and event.occurred_at > call.deadline),
-                operation_id=call.operation_id,
+                tool_names=self.tools,
+                gate_passed=state_before != S.REJECTED,
             )
+            if call.state != S.SUCCEEDED:
+                result = self._spend_reask(call, result, view)
             call.attempts = attempts
             executed = True
             if (
@@ -312,7 +445,7 @@ class _Batch:
                 return self._record(call, event, result, state_before, change=False)
             if result.route == Route.PROCEED:
                 call.receipt, call.receipt_at = (
-                    redact(event.result, contract.sensitive_fields),
+                    redact(event.result, contract.sensitive_fields if contract else ()),
                     self.now,
                 )
         elif isinstance(event, ReconciledEvent):
@@ -391,30 +524,49 @@ class _Batch:
             "operation_id", "name the call: give operation_id, or call_id together with request_id"
         )
 
-    def _proposed(self, event: ProposedEvent, prepared: _Prepared) -> ToolCall:
+    def _proposed(
+        self, event: Any, prepared: _Prepared, *, body: dict, turn: bool = False
+    ) -> ToolCall:
+        """A proposed call (alone, or one call of a turn): classified at the gate with what
+        the request knows (identical proposals, sticky refusals) and the turn's findings. A
+        refusal (``REFUSALS``) of an existing call is recorded on its own event and leaves
+        the call as it was."""
         proposal = prepared.proposal
         call = self.calls.get(prepared.operation_id)
         state_before = call.state if call else None
         lifecycle.check(state_before, "proposed")
         contract = self.tools.get(proposal.tool or "")
+        request_id = event.request_id
+        budget_key = (request_id, proposal.tool) if request_id and proposal.tool else None
+        identical = self._count_proposal(budget_key, prepared.loop_key) if contract else 1
+        context = cls.Context(
+            identical=identical,
+            sticky=self._sticky(budget_key, prepared.loop_key),
+            duplicate_call_id=prepared.duplicate_call_id,
+            in_flight=prepared.in_flight,
+        )
         if (
             call is not None
-            and call.state in (S.RECONCILING, S.IN_REVIEW, S.PENDING_APPROVAL)
             and call.arguments_digest == prepared.digest
+            and identical <= (contract.max_identical if contract else identical)
+            and context.sticky is None
+            and (
+                call.state in (S.RECONCILING, S.IN_REVIEW, S.PENDING_APPROVAL)
+                or (call.state == S.ALLOWED and call.reason == Reason.APPROVAL_GRANTED)
+            )
         ):
-            # Already being handled (outcome unknown, or a human decides): answer where it
-            # stands. Never a second execution while the outcome of the first is unknown.
+            # Already being handled (outcome unknown, a human decides, approved and about to
+            # run): answer where it stands. Never a second execution while the first's
+            # outcome is unknown.
             current = cls.Verdict(
                 reason=Reason(call.reason) if call.reason else None,
                 route=Route(call.route or Route.PROCEED),
                 observation=call.observation,
             )
-            return self._record(call, event, current, state_before, change=False)
-        budget_key = (
-            (event.request_id, proposal.tool) if event.request_id and proposal.tool else None
-        )
+            return self._record(call, event, current, state_before, change=False, body=body)
         existing = None
-        if call is not None and call.state != S.REJECTED:
+        # a call refused at the gate for its arguments may be corrected under its operation ID
+        if call is not None and not (call.state == S.REJECTED and call.reason in REASK_REASONS):
             existing = cls.Existing(
                 arguments_digest=call.arguments_digest, has_receipt=call.state == S.SUCCEEDED
             )
@@ -424,18 +576,24 @@ class _Batch:
             existing=existing,
             arguments_digest=prepared.digest,
             reasks_used=self._reasks_used(budget_key),
+            context=context,
         )
         if budget_key and result.reason in REASK_REASONS:
-            self.budgets[budget_key] = self._reasks_used(budget_key) + 1
+            self._budget(budget_key).reasks_used += 1
+        if call is not None and result.reason in REFUSALS:
+            if result.reason == Reason.DUPLICATE_SUPPRESSED:
+                call.duplicates_suppressed += 1
+                self.changed.add(call.operation_id)
+            return self._record(call, event, result, state_before, change=False, body=body)
         if call is None:
             call = ToolCall(
                 project=self.project,
                 agent=self.agent,
                 operation_id=prepared.operation_id,
-                request_id=event.request_id or "",
+                request_id=request_id or "",
                 conversation_id=event.conversation_id or "",
                 trace_id=event.trace_id or "",
-                call_id=event.call_id or proposal.call_id or "",
+                call_id=(None if turn else event.call_id) or proposal.call_id or "",
                 actor=event.actor or "",
                 provider_format=event.format,
                 tool_name=(proposal.tool or "")[:128],
@@ -453,8 +611,6 @@ class _Batch:
             self.new_calls.append(call)
             self.new_ids.add(call.operation_id)
             self._remember(call)
-        elif result.reason == Reason.DUPLICATE_SUPPRESSED:
-            call.duplicates_suppressed += 1
         elif call.state in (S.REJECTED, S.FAILED) and proposal.arguments_ok:
             call.contract = contract or call.contract
             call.arguments = redact(
@@ -469,16 +625,66 @@ class _Batch:
             state_before, "proposed", result, executed=call.attempts > 0
         )
         self._set(call, result, new_state)
-        return self._record(
-            call, event, result, state_before, body=self._proposal_body(event, proposal, contract)
-        )
+        return self._record(call, event, result, state_before, body=body)
 
-    def _proposal_body(
-        self, event: ProposedEvent, proposal: Any, contract: ToolContract | None
-    ) -> dict:
+    def _provider_call(self, event: Any, prepared: _Prepared, *, body: dict) -> ToolCall:
+        """A call the model's provider executed itself (TAXONOMY v2): never gated, classified
+        from its result block like an attempt (a missing result is ``unavailable``)."""
+        proposal, found = prepared.proposal, prepared.result
+        name = proposal.tool or "the tool"
+        call = self.calls.get(prepared.operation_id)
+        if call is not None:  # the same turn sent again: recorded, changes nothing
+            current = cls.Verdict(
+                reason=Reason(call.reason) if call.reason else None,
+                route=Route(call.route or Route.PROCEED),
+                observation=call.observation,
+            )
+            return self._record(call, event, current, call.state, change=False, body=body)
+        view = _no_contract_view(name)
+        attempt = cls.Attempt(
+            sent=found.sent,
+            outcome=found.outcome,
+            http_status=found.http_status,
+            error=found.error,
+            result=found.result,
+            result_format=found.result_format,
+        )
+        result = cls.classify_attempt(
+            attempt, contract=view, attempts_used=1, deadline_passed=False
+        )
+        call = ToolCall(
+            project=self.project,
+            agent=self.agent,
+            operation_id=prepared.operation_id,
+            request_id=event.request_id or "",
+            conversation_id=event.conversation_id or "",
+            trace_id=event.trace_id or "",
+            call_id=proposal.call_id or "",
+            actor=event.actor or "",
+            provider_format=event.format,
+            executed_by="provider",
+            tool_name=name[:128],
+            arguments=redact(proposal.arguments, ()) if proposal.arguments_ok else None,
+            arguments_digest=prepared.digest,
+            created_at=self.now,
+            state=S.ALLOWED,
+            attempts=1,
+        )
+        result = self._spend_reask(call, result, view)
+        if result.route == Route.PROCEED:
+            call.receipt, call.receipt_at = redact(found.result, ()), self.now
+        self.new_calls.append(call)
+        self.new_ids.add(call.operation_id)
+        self._remember(call)
+        self._set(call, result, lifecycle.next_state(None, "attempt", result, executed=True))
+        return self._record(call, event, result, None, body=body)
+
+    def _proposal_body(self, format: str, prepared: _Prepared) -> dict:
         """The stored body of a proposal: the provider's call with its arguments redacted."""
+        proposal = prepared.proposal
+        contract = self.tools.get(proposal.tool or "")
         sensitive = contract.sensitive_fields if contract else ()
-        body = {"format": event.format, "call": redact(event.call, sensitive)}
+        body = {"format": format, "call": redact(prepared.item, sensitive)}
         if proposal.arguments_ok:
             body["arguments"] = redact(proposal.arguments, sensitive)
             if (
@@ -497,12 +703,49 @@ class _Batch:
             body["parse_error"] = proposal.parse_error
         return body
 
-    def _reasks_used(self, key: tuple[str, str] | None) -> int:
-        if key is None:
-            return 0
-        if key in self.budgets:
-            return self.budgets[key]
+    # what the request knows: re-asks, identical proposals, sticky refusals -----------------
+
+    def _budget(self, key: tuple[str, str]) -> RequestBudget:
+        """The request's row for a tool (created in memory when new), marked to be saved."""
         row = self.budget_rows.get(key)
+        if row is None:
+            row = self.budget_rows[key] = RequestBudget(
+                project=self.project, request_id=key[0], tool_name=key[1], proposals={}, refusals={}
+            )
+        self.budgets_changed.add(key)
+        return row
+
+    def _count_proposal(self, key: tuple[str, str] | None, loop_key: str) -> int:
+        """Count one more proposal of these canonical arguments; how many there were, this
+        one included (``max_identical``; without a request ID, 1)."""
+        if key is None:
+            return 1
+        row = self._budget(key)
+        row.proposals[loop_key] = count = row.proposals.get(loop_key, 0) + 1
+        return count
+
+    def _sticky(self, key: tuple[str, str] | None, loop_key: str) -> cls.Verdict | None:
+        row = self.budget_rows.get(key) if key else None
+        refusal = row.refusals.get(loop_key) if row is not None else None
+        if not refusal:
+            return None
+        return cls.verdict(Reason(refusal["reason"]), refusal["observation"])
+
+    def _spend_reask(self, call: ToolCall, result: cls.Verdict, view: cls.Contract) -> cls.Verdict:
+        """An execution outcome routed ``reask`` spends one re-ask of its request and tool;
+        ``reask_exhausted`` once they are spent (TAXONOMY v2 "Precedence")."""
+        if result.route != Route.REASK or not call.request_id or not call.tool_name:
+            return result
+        key = (call.request_id, call.tool_name)
+        result = cls.spend_reask(
+            result, name=view.name, max_reasks=view.max_reasks, reasks_used=self._reasks_used(key)
+        )
+        if result.reason in REASK_REASONS:
+            self._budget(key).reasks_used += 1
+        return result
+
+    def _reasks_used(self, key: tuple[str, str] | None) -> int:
+        row = self.budget_rows.get(key) if key else None
         return row.reasks_used if row else 0
 
     def _set(self, call: ToolCall, result: cls.Verdict, new_state: str) -> None:
@@ -513,6 +756,11 @@ class _Batch:
         call.route = result.route.value
         call.observation = result.observation
         call.updated_at = self.now
+        if result.reason in STICKY_REASONS and call.request_id and call.tool_name:
+            refusal = {"reason": call.reason, "observation": call.observation}
+            loop_key = call.arguments_digest
+            if loop_key:
+                self._budget((call.request_id, call.tool_name)).refusals[loop_key] = refusal
         key = call.operation_id
         if new_state in (S.IN_REVIEW, S.PENDING_APPROVAL):
             self.to_review[key] = "approval" if new_state == S.PENDING_APPROVAL else "escalation"
@@ -557,6 +805,9 @@ class _Batch:
                 },
             )
             body = redact(body, call.contract.sensitive_fields if call.contract else ())
+            if isinstance(event, AttemptEvent):  # classified whole above, stored cut
+                body = cut_texts(body)
+        cause = result.cause
         self.events.append(
             (
                 call,
@@ -572,6 +823,10 @@ class _Batch:
                     category=result.category.value if result.category else "",
                     route=result.route.value,
                     observation=result.observation,
+                    cause=cause.said[:300] if cause else "",
+                    failed_items=[i.as_dict() for i in cause.failed_items[:100]] or None
+                    if cause
+                    else None,
                     state_before=state_before or "",
                     state_after=call.state,
                 ),
@@ -594,15 +849,12 @@ class _Batch:
                 row.call_id = call.pk
                 rows.append(row)
             CallEvent.objects.bulk_create(rows)
-        if self.budgets:
+        if self.budgets_changed:
             RequestBudget.objects.bulk_create(
-                [
-                    RequestBudget(project=self.project, request_id=r, tool_name=t, reasks_used=n)
-                    for (r, t), n in self.budgets.items()
-                ],
+                [self.budget_rows[key] for key in self.budgets_changed],
                 update_conflicts=True,
                 unique_fields=["project", "request_id", "tool_name"],
-                update_fields=["reasks_used"],
+                update_fields=["reasks_used", "proposals", "refusals"],
             )
         from reviews import services as review_services
 

@@ -34,7 +34,9 @@ ALLOWED_EVENTS: dict[str | None, frozenset[str]] = {
     S.PENDING_APPROVAL: frozenset({"proposed", "decision", "approval_expired"}),
     # settled states: a re-proposal is a duplicate; late receipts and look-ups are recorded
     S.SUCCEEDED: frozenset({"proposed", "receipt", "reconciled", "attempt"}),
-    S.REJECTED: frozenset({"proposed"}),
+    # refused at the gate, but the runtime may have run it anyway (an unknown tool whose server
+    # then answers -32601): the attempt is recorded and classified (TAXONOMY v2 contract_drift)
+    S.REJECTED: frozenset({"proposed", "attempt"}),
     S.FAILED: frozenset({"proposed", "receipt", "reconciled"}),
 }
 
@@ -76,7 +78,7 @@ def next_state(state: str | None, kind: str, result: Verdict, *, executed: bool)
 
     ``executed``: whether any attempt of the call has been reported (a re-ask before any
     execution leaves the call ``rejected`` at the gate; after one it has ``failed``)."""
-    if result.reason is None:  # allowed at the gate, or approved by an operator
+    if result.reason in (None, Reason.APPROVAL_GRANTED):  # allowed at the gate, or approved
         return S.ALLOWED
     if (
         result.reason in (Reason.DUPLICATE_SUPPRESSED, Reason.IDEMPOTENCY_MISMATCH)

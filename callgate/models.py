@@ -146,6 +146,21 @@ class ToolContract(models.Model):
     requires_approval = models.BooleanField(default=False)
     approval_timeout_seconds = models.PositiveIntegerField(default=15 * 60)
     sensitive_fields = models.JSONField(default=list, blank=True)
+    # TAXONOMY v2
+    volatile_arguments = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="JSON Pointers (RFC 6901) left out of the operation ID and the duplicate checks.",
+    )
+    max_identical = models.PositiveIntegerField(
+        default=3, help_text="Identical proposals allowed per request before loop_detected."
+    )
+    not_found_may_hide_forbidden = models.BooleanField(
+        default=False, help_text="A 404 of this tool may hide a permission problem (review)."
+    )
+    result_error_markers = models.BooleanField(
+        default=True, help_text="Read error markers (ok: false, failures: [...]) in results."
+    )
     digest = models.CharField(max_length=64)  # SHA-256 of the canonical contract body
     lint_score = models.PositiveIntegerField(default=100)
     lint_findings = models.JSONField(default=list, blank=True)
@@ -204,6 +219,12 @@ class ToolCall(models.Model):
         max_length=200, blank=True, help_text="The end user the agent acts for."
     )
     provider_format = models.CharField(max_length=20, blank=True)
+    executed_by = models.CharField(
+        max_length=10,
+        default="client",
+        help_text="client (the agent's runtime runs it) or provider (the model's provider ran "
+        "it, e.g. Anthropic server tools): never gated.",
+    )
     tool_name = models.CharField(max_length=128, blank=True)
     contract = models.ForeignKey(
         ToolContract, null=True, blank=True, on_delete=models.PROTECT, related_name="calls"
@@ -297,6 +318,15 @@ class CallEvent(models.Model):
     category = models.CharField(max_length=20, choices=Category.choices, blank=True)
     route = models.CharField(max_length=20, choices=Route.choices, blank=True)
     observation = models.TextField(blank=True)
+    cause = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="What the classifier read the failure's cause from, e.g. "
+        "'rate limit read from the result body'.",
+    )
+    failed_items = models.JSONField(
+        null=True, blank=True, help_text="A partial failure's failed items: [{item, error}]."
+    )
     state_before = models.CharField(max_length=20, blank=True)
     state_after = models.CharField(max_length=20, blank=True)
 
@@ -365,12 +395,22 @@ class InboxEvent(models.Model):
 
 
 class RequestBudget(models.Model):
-    """Re-asks used per request and tool (the contract's ``max_reasks`` budget)."""
+    """What one request knows of one tool: re-asks used (the contract's ``max_reasks``
+    budget), identical proposals by canonical-arguments digest (``max_identical``,
+    ``loop_detected``) and sticky refusals by digest (TAXONOMY v2 "Sticky refusals")."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     request_id = models.CharField(max_length=200)
     tool_name = models.CharField(max_length=128)
     reasks_used = models.PositiveIntegerField(default=0)
+    proposals = models.JSONField(
+        default=dict, blank=True, help_text="digest of the canonical arguments -> proposals"
+    )
+    refusals = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="digest of the canonical arguments -> {reason, observation} of a sticky refusal",
+    )
 
     class Meta:
         constraints = [

@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from typing import TextIO
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from callgate import services
 from callgate.inbox import event_answer, events_receive, inbox_drain
-from callgate.models import Agent, Project
+from callgate.models import Agent, Project, ToolCall
 from callgate.schemas import EVENT_ADAPTER, ContractIn
 from callgate_sdk.providers import normalise
 
@@ -36,6 +37,17 @@ def case_envelopes(case: dict) -> list[dict]:
         {"event_id": str(uuid.uuid4()), "occurred_at": now, "request_id": request_id, **event}
         for event in case.get("events", [])
     ]
+
+
+def names_its_call(envelope: dict) -> bool:
+    """Whether an event names its call itself: a proposal or turn (which makes calls), or
+    an event with an ``operation_id`` or a ``call_id`` (a call of a turn). Any other event of
+    a case concerns the call the previous answer named."""
+    return (
+        envelope.get("type") in ("proposed", "turn")
+        or bool(envelope.get("operation_id"))
+        or bool(envelope.get("call_id"))
+    )
 
 
 def case_tool_payloads(case: dict) -> dict[str, dict]:
@@ -70,7 +82,10 @@ def case_history(case: dict, *, agent: Agent) -> None:
 
 
 def replay_case(case: dict) -> dict:
-    """``{"id", "reason", "category", "route", "observation"}`` of the case's last event."""
+    """``{"id", "reason", "category", "route", "observation", "operation_id", "calls"}``: the
+    answer to the case's last event, the operation ID of the call it concerns, and one
+    ``{"call_id", "operation_id", "reason", "category", "route", "state", "observation"}`` per
+    call the case's events created, in creation order (``shared/cases/README.md``)."""
     result: dict = {"id": case.get("id")}
     try:
         with transaction.atomic():
@@ -81,14 +96,11 @@ def replay_case(case: dict) -> dict:
                     agent=agent, name=name, payload=ContractIn.model_validate(body)
                 )
             case_history(case, agent=agent)
+            before = ToolCall.objects.filter(project=project).aggregate(last=Max("pk"))["last"] or 0
             operation_id = None
             answer: dict = {}
             for envelope in case_envelopes(case):
-                if (
-                    envelope["type"] != "proposed"
-                    and operation_id
-                    and not envelope.get("operation_id")
-                ):
+                if operation_id and not names_its_call(envelope):
                     envelope["operation_id"] = operation_id
                 event = EVENT_ADAPTER.validate_python(envelope)
                 events_receive(project=project, agent=agent, events=[event], may_decide=True)
@@ -110,6 +122,21 @@ def replay_case(case: dict) -> dict:
                 category=answer.get("category"),
                 route=answer.get("route"),
                 observation=answer.get("observation", ""),
+                operation_id=operation_id,
+                calls=[
+                    {
+                        "call_id": call.call_id or None,
+                        "operation_id": call.operation_id,
+                        "reason": call.reason or None,
+                        "category": call.category or None,
+                        "route": call.route or None,
+                        "state": call.state,
+                        "observation": call.observation,
+                    }
+                    for call in ToolCall.objects.filter(project=project, pk__gt=before).order_by(
+                        "pk"
+                    )
+                ],
             )
             raise _Rollback
     except _Rollback:

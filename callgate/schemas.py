@@ -20,12 +20,20 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    RootModel,
     TypeAdapter,
     field_validator,
+    model_validator,
 )
 
+from callgate_sdk.wire import pointer_problem
+
 Id = Annotated[str, Field(min_length=1, max_length=200)]
-Format = Literal["openai", "openai_responses", "anthropic", "gemini", "mcp", "plain"]
+Format = Literal[
+    "openai", "openai_responses", "anthropic", "gemini", "bedrock", "ollama", "mcp", "plain"
+]
+TurnFormat = Literal["openai", "openai_responses", "anthropic", "gemini", "bedrock", "ollama"]
+TURN_FORMATS = TurnFormat.__args__
 
 
 class _Strict(BaseModel):
@@ -81,7 +89,30 @@ class ProposedEvent(Envelope):
     call: Any = Field(description="The model's tool call exactly as its provider emits it.")
 
 
+class JsonRpcError(_Strict):
+    """A JSON-RPC 2.0 error object (JSON-RPC 2.0 §5.1), as an MCP server answers a
+    ``tools/call`` it refuses or fails: ``code`` -32700…-32600 for the envelope, -32601 method
+    not found, -32602 invalid params, -32603 internal error, -32000…-32099 server errors."""
+
+    code: int = Field(ge=-(2**53), le=2**53)
+    message: str = Field(description="Any length: classified whole, stored cut.")
+    data: Any = None
+
+
+class TurnEvent(Envelope):
+    """A whole model response that may hold several tool calls (TAXONOMY v2, "Whole model
+    turns"): split into one call per tool call, in order, each with its own operation ID."""
+
+    type: Literal["turn"]
+    format: TurnFormat
+    response: Any = Field(description="The model's response exactly as its provider emits it.")
+
+
 class AttemptEvent(Envelope):
+    """One execution of a call. ``call_id`` (the envelope's) names the call of a turn that it
+    executed. ``error``, a string ``result`` and ``jsonrpc_error.message`` may be of any length
+    (within the request size limit): they are classified whole and stored cut."""
+
     type: Literal["attempt"]
     attempt: int | None = Field(None, ge=1, le=10_000)
     sent: bool | None = Field(
@@ -89,10 +120,13 @@ class AttemptEvent(Envelope):
     )
     outcome: Literal["success", "error", "timeout", "connection_reset", "circuit_open"]
     http_status: int | None = Field(None, ge=100, le=599)
-    error: str | None = Field(None, max_length=10_000)
+    error: str | None = None
     result: Any = None
     result_count: int | None = Field(None, ge=0, le=2**53)
     result_format: Literal["mcp"] | None = None
+    jsonrpc_error: JsonRpcError | None = Field(
+        None, description="An MCP server's JSON-RPC error answer (with outcome: error)."
+    )
 
 
 class DeniedEvent(Envelope):
@@ -127,6 +161,7 @@ class ApprovalExpiredEvent(Envelope):
 
 Event = Annotated[
     ProposedEvent
+    | TurnEvent
     | AttemptEvent
     | DeniedEvent
     | ReconciledEvent
@@ -137,15 +172,28 @@ Event = Annotated[
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 EVENT_TYPES = frozenset(
-    {"proposed", "attempt", "denied", "reconciled", "receipt", "decision", "approval_expired"}
+    {
+        "proposed",
+        "turn",
+        "attempt",
+        "denied",
+        "reconciled",
+        "receipt",
+        "decision",
+        "approval_expired",
+    }
 )
 
 
 class GateRequest(_Strict):
-    """``POST /api/v1/calls``: a proposed call to check before executing it."""
+    """``POST /api/v1/calls``: a proposed call to check before executing it (``call``), or a
+    whole model response whose calls are checked together (``turn``; TAXONOMY v2)."""
 
     format: Format
-    call: Any
+    call: Any = None
+    turn: Any = Field(
+        None, description="A whole model response (as in a turn event); answered {calls: [...]}"
+    )
     operation_id: Id | None = None
     request_id: Id | None = None
     conversation_id: Id | None = None
@@ -158,6 +206,15 @@ class GateRequest(_Strict):
         gt=EARLIEST,
         description="As for events; clock skew is checked on receipt.",
     )
+
+    @model_validator(mode="after")
+    def _call_or_turn(self) -> GateRequest:
+        has_call, has_turn = "call" in self.model_fields_set, "turn" in self.model_fields_set
+        if has_call == has_turn:
+            raise ValueError("send either call (one tool call) or turn (a whole model response)")
+        if has_turn and self.format not in TURN_FORMATS:
+            raise ValueError(f"a turn's format must be one of {', '.join(TURN_FORMATS)}")
+        return self
 
 
 class RetryPolicy(_Strict):
@@ -190,6 +247,26 @@ class ContractIn(_Strict):
         default_factory=list, max_length=100
     )
     parameters: dict
+    # TAXONOMY v2
+    volatile_arguments: list[Annotated[str, Field(max_length=500)]] = Field(
+        default_factory=list,
+        max_length=100,
+        description="JSON Pointers (RFC 6901) to arguments left out of the operation ID and the "
+        "duplicate checks (a client idempotency key, a nonce); still validated and stored.",
+    )
+    max_identical: int = Field(
+        3, ge=1, le=1000, description="Identical proposals allowed per request (loop_detected)."
+    )
+    not_found_may_hide_forbidden: bool = False
+    result_error_markers: bool = True
+
+    @field_validator("volatile_arguments")
+    @classmethod
+    def _pointers(cls, value: list[str]) -> list[str]:
+        for index, pointer in enumerate(value):
+            if problem := pointer_problem(pointer):
+                raise ValueError(f"[{index}] {problem}")
+        return value
 
     @field_validator("reconcile_url")
     @classmethod
@@ -240,6 +317,11 @@ class CallAnswer(BaseModel):
     """What the agent should do next with a call."""
 
     operation_id: str
+    call_id: str | None = Field(None, description="The provider's tool-call ID, when it had one.")
+    executed_by: Literal["client", "provider"] = Field(
+        "client",
+        description="provider: the model's provider ran the call itself (recorded, never gated).",
+    )
     verdict: Literal[
         "allow",
         "reask",
@@ -267,6 +349,16 @@ class CallAnswer(BaseModel):
         description="Suggested full-jitter backoff in seconds when the route is retry."
     )
     decision: Decision | None
+
+
+class TurnAnswer(BaseModel):
+    """The gate's answer to a whole model turn: one ``CallAnswer`` per call, in order."""
+
+    calls: list[CallAnswer]
+
+
+class GateAnswer(RootModel[CallAnswer | TurnAnswer]):
+    """The gate's answer: a ``CallAnswer`` for one call, a ``TurnAnswer`` for a turn."""
 
 
 class CallDetail(CallAnswer):
@@ -310,6 +402,9 @@ class EventStatus(BaseModel):
     )
     kind: str | None = Field(description="The event's type: proposed, attempt, denied, …")
     errors: list[FieldError] = []
+    calls: list[CallAnswer] | None = Field(
+        None, description="For a turn event: one answer per call of the turn, in order."
+    )
     answer: CallAnswer | None = Field(
         description=(
             "For an applied event: the answer as this event left the call (reason, category, route, verdict, "

@@ -235,6 +235,49 @@ def call_timeline(*, call: ToolCall) -> list[CallEvent]:
     )
 
 
+def call_turn(*, events: list[CallEvent]) -> list[CallEvent]:
+    """The model turn a call came from (TAXONOMY v2): one proposal event per call of that
+    turn, in the turn's order, each with its call and the verdict it got (``reason``,
+    ``category``, ``route`` of the event). Empty when the call was proposed alone. ``events``
+    is the call's timeline; one query."""
+    from callgate.ingest import turn_event_ids
+
+    origin = next(
+        (
+            e
+            for e in events
+            if e.kind == CallEvent.Kind.PROPOSED
+            and isinstance(e.body, dict)
+            and isinstance(e.body.get("turn"), dict)
+        ),
+        None,
+    )
+    if origin is None:
+        return []
+    turn = origin.body["turn"]
+    ids = turn_event_ids(turn["event_id"], int(turn["calls"]))
+    found = {
+        e.event_id: e
+        for e in CallEvent.objects.filter(project_id=origin.project_id, event_id__in=ids)
+        .select_related("call")
+        .only(
+            "event_id",
+            "reason",
+            "category",
+            "route",
+            "body",
+            "call__operation_id",
+            "call__tool_name",
+            "call__call_id",
+            "call__executed_by",
+            "call__reason",
+            "call__category",
+            "call__state",
+        )
+    }
+    return [found[i] for i in ids if i in found]
+
+
 def call_open_review_item(*, call: ToolCall):
     """The call's open or claimed review item, or None."""
     from reviews.models import ReviewItem

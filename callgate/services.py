@@ -5,6 +5,7 @@ Services take keyword-only arguments, validate, and keep their transactions shor
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from django.contrib.auth import get_user_model
@@ -28,7 +29,7 @@ from callgate.models import (
 )
 from callgate.schemas import ApprovalExpiredEvent, ContractIn, DecisionEvent, ReconciledEvent
 from callgate.taxonomy import Reason, Route, category_of
-from callgate_sdk.wire import arguments_digest, derive_operation_id, redact
+from callgate_sdk.wire import arguments_digest, canonical_arguments, derive_operation_id, redact
 
 
 def project_create(*, slug: str, name: str) -> tuple[Project, bool]:
@@ -85,6 +86,15 @@ class ContractRejected(ValueError):
         super().__init__(f"{loc}: {msg}")
 
 
+#: The contract fields TAXONOMY v2 added, with their defaults.
+V2_DEFAULTS = {
+    "volatile_arguments": [],
+    "max_identical": 3,
+    "not_found_may_hide_forbidden": False,
+    "result_error_markers": True,
+}
+
+
 def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[ToolContract, bool]:
     """Register ``name`` for ``agent``: the same contract again is a no-op, a changed one
     becomes the next version; used versions are never modified. Returns (version, created).
@@ -98,7 +108,12 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
         )
     if problem := schema_problems(payload.parameters):
         raise ContractRejected("parameters", problem)
+    # v2 fields left at their defaults stay out of the digest: a v1 contract sent again is
+    # the same version
     body = payload.model_dump(mode="json", exclude={"name", "version"})
+    for key, default in V2_DEFAULTS.items():
+        if body.get(key) == default:
+            body.pop(key)
     digest = arguments_digest(body)
     if payload.reconcile_url:
         method = ToolContract.ReconcileMethod.HTTP
@@ -153,6 +168,10 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
                     requires_approval=payload.requires_approval,
                     approval_timeout_seconds=payload.approval_timeout_seconds,
                     sensitive_fields=payload.sensitive_fields,
+                    volatile_arguments=payload.volatile_arguments,
+                    max_identical=payload.max_identical,
+                    not_found_may_hide_forbidden=payload.not_found_may_hide_forbidden,
+                    result_error_markers=payload.result_error_markers,
                     digest=digest,
                     lint_score=report.score,
                     lint_findings=[f.as_dict() for f in report.findings],
@@ -330,13 +349,16 @@ def receipt_import(
 ) -> ToolCall:
     """Store a success that happened before callgate saw it (a case file's ``history``):
     a succeeded call with its receipt, under the given or derived operation ID."""
-    if not operation_id:
-        if not request_id:
-            raise ValueError("a receipt needs operation_id or request_id")
-        operation_id = derive_operation_id(request_id=request_id, tool=tool, arguments=arguments)
     contract = (
         ToolContract.objects.filter(project=agent.project, name=tool).order_by("-version").first()
     )
+    volatile = contract.volatile_arguments if contract else ()
+    if not operation_id:
+        if not request_id:
+            raise ValueError("a receipt needs operation_id or request_id")
+        operation_id = derive_operation_id(
+            request_id=request_id, tool=tool, arguments=arguments, volatile_arguments=volatile
+        )
     now = timezone.now()
     return ToolCall.objects.create(
         project=agent.project,
@@ -346,7 +368,7 @@ def receipt_import(
         tool_name=tool,
         contract=contract,
         arguments=redact(arguments, contract.sensitive_fields if contract else ()),
-        arguments_digest=arguments_digest(arguments),
+        arguments_digest=hashlib.sha256(canonical_arguments(arguments, volatile)).hexdigest(),
         state=ToolCall.State.SUCCEEDED,
         reason=Reason.OK,
         category=category_of(Reason.OK),

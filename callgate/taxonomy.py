@@ -130,6 +130,19 @@ REASK_REASONS = frozenset(r for r, (_, route) in TABLE.items() if route == T.REA
 #: arguments get the same refusal again, at the gate, without execution.
 STICKY_REASONS = frozenset({R.PERMISSION_DENIED, R.APPROVAL_REJECTED, R.APPROVAL_EXPIRED})
 
+#: Reasons that refuse a proposal without touching a call that already exists under its
+#: operation ID: the refusal lives on its own event (TAXONOMY v2 "Sticky refusals"), and the
+#: reports count such refused proposals beside the calls.
+REFUSALS = frozenset(
+    {
+        R.IDEMPOTENCY_MISMATCH,
+        R.DUPLICATE_SUPPRESSED,
+        R.DUPLICATE_IN_FLIGHT,
+        R.LOOP_DETECTED,
+        *STICKY_REASONS,
+    }
+)
+
 #: Precedence when several rules match one proposal (first wins). A sticky refusal
 #: (``STICKY_REASONS``) stands between ``loop_detected`` and ``idempotency_mismatch``.
 PROPOSAL_PRECEDENCE: tuple[Reason, ...] = (

@@ -211,16 +211,21 @@ def calls(request: HttpRequest) -> HttpResponse:
 @require_GET
 @project_view()
 def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
-    """One call: arguments, contract and its lint findings, the timeline, the outcome."""
+    """One call: arguments, contract and its lint findings, the timeline, the outcome, and
+    the model turn it came from (its sibling calls with their verdicts)."""
     call = selectors.call_for_detail(project=request.project, operation_id=operation_id)
     if call is None:
         raise Http404("No such call in this project.")
+    events = selectors.call_timeline(call=call)
     return render(
         request,
         "callgate/call_detail.html",
         {
             "call": call,
-            "events": selectors.call_timeline(call=call),
+            "events": events,
+            # the latest execution whose failure was read: what the reader found, shown apart
+            "cause_event": next((e for e in reversed(events) if e.cause), None),
+            "turn": selectors.call_turn(events=events),
             "review_item": selectors.call_open_review_item(call=call),
             "nav_active": "calls",
         },
@@ -280,6 +285,10 @@ _DIFF_FIELDS = [
     ("requires_approval", "requires approval"),
     ("sensitive_fields", "sensitive fields"),
     ("deadline_seconds", "deadline"),
+    ("volatile_arguments", "volatile arguments"),
+    ("max_identical", "max identical proposals"),
+    ("not_found_may_hide_forbidden", "not-found may hide forbidden"),
+    ("result_error_markers", "result error markers"),
 ]
 
 

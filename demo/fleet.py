@@ -162,6 +162,31 @@ def ticket_tool(http: httpx.Client, *, token: str = TOKEN) -> Callable[[dict, st
     return execute
 
 
+def tag_tool(http: httpx.Client, *, token: str = TOKEN) -> Callable[[dict, str], Any]:
+    """The ``tag_tickets`` batch write: tags each ticket that is open and answers per ticket,
+    like batch endpoints do (``{"succeeded": [...], "failed": [{"id", "error"}]}``); a closed,
+    deleted or foreign ticket fails on its own while the others are tagged."""
+
+    def execute(arguments: dict, operation_id: str) -> Any:
+        succeeded, failed = [], []
+        for ticket_id in arguments["ticket_ids"]:
+            try:
+                response = http.get(
+                    f"/tickets/{ticket_id}", headers={"Authorization": f"Bearer {token}"}
+                )
+            except httpx.HTTPError as exc:
+                raise _simulator_failure(exc) from exc
+            ticket = response.json() if response.status_code == 200 else {}
+            if ticket.get("status") == "open":
+                succeeded.append(ticket_id)
+            else:
+                error = ticket.get("status") and f"ticket is {ticket['status']}"
+                failed.append({"id": ticket_id, "error": error or response.json().get("error")})
+        return {"tag": arguments["tag"], "succeeded": succeeded, "failed": failed}
+
+    return execute
+
+
 # --------------------------------------------------------------------------- contracts
 
 FOLLOW_UP_SCHEMA = {
@@ -330,6 +355,51 @@ def contracts(simulator_base_url: str) -> dict[str, dict]:
                     },
                 },
                 "required": ["customer_id", "amount_cents", "iban"],
+            },
+        ),
+        "tag_tickets": dict(
+            description="Add a tag to several support tickets in one call; the help desk "
+            "answers per ticket (succeeded and failed ones).",
+            effect="write",
+            idempotent=True,
+            max_attempts=2,
+            max_reasks=2,
+            parameters={
+                "type": "object",
+                "properties": {
+                    "ticket_ids": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": "^T-[0-9]+$"},
+                        "minItems": 1,
+                        "maxItems": 50,
+                        "description": "Ticket ids, e.g. ['T-1', 'T-2']",
+                    },
+                    "tag": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 40,
+                        "description": "The tag to add, e.g. 'billing'",
+                    },
+                },
+                "required": ["ticket_ids", "tag"],
+            },
+        ),
+        "read_kb_article": dict(
+            description="Read an article of the knowledge base (a workspace the integration "
+            "sees only the pages shared with it).",
+            effect="read",
+            max_attempts=3,
+            max_reasks=2,
+            parameters={
+                "type": "object",
+                "properties": {
+                    "article_id": {
+                        "type": "string",
+                        "pattern": "^KB-[0-9]+$",
+                        "description": "Article id, e.g. KB-12",
+                    }
+                },
+                "required": ["article_id"],
             },
         ),
         # badly described on purpose: the contract linter scores it low
@@ -874,6 +944,49 @@ class Fleet:
             "shop-bot", "get_weather", {"city": "Narnia"}, geocode, model=model, fmt="openai"
         )
 
+    def ep_partial_failure(self):
+        # a batch write: T-5 is closed, the other tickets are tagged
+        ids = self.rng.sample(["T-1", "T-2"], k=2) + ["T-5"]
+        return self.run(
+            "support-bot",
+            "tag_tickets",
+            {"ticket_ids": ids, "tag": self.rng.choice(["billing", "vip", "bug"])},
+            tag_tool(self.http),
+        )
+
+    def ep_contract_drift(self):
+        # the catalogue's MCP server was upgraded and renamed num_results; the contract lags
+        drift = ToolFailure(
+            "McpError: MCP error -32602: Invalid arguments for tool search_products: "
+            "unknown property 'num_results'",
+            sent=True,
+        )
+        return self.run(
+            "shop-bot",
+            "search_products",
+            {"query": self.rng.choice(QUERIES), "num_results": self.rng.randint(1, 5)},
+            self.failing(drift),
+            fmt="mcp",
+            wait_limit=2,
+        )
+
+    def ep_not_found_or_forbidden(self):
+        # the knowledge base hides pages not shared with the integration behind a 404
+        article = f"KB-{self.rng.randint(10, 99)}"
+        hidden = ToolFailure(
+            f"object_not_found: Could not find page with ID: {article}. Make sure the "
+            "relevant pages and databases are shared with your integration.",
+            sent=True,
+            http_status=404,
+        )
+        return self.run(
+            "support-bot",
+            "read_kb_article",
+            {"article_id": article},
+            self.failing(hidden),
+            wait_limit=2,
+        )
+
     def ep_conflict(self):
         return self.run(
             "support-bot",
@@ -978,6 +1091,61 @@ class Fleet:
             "finance-bot", "issue_payout", self.payout_args(), self.payout, wait_limit=5
         )
 
+    def ep_missing_call_id(self):
+        # a streaming client lost the tool call's id while assembling the chunks
+        client = self.agent("shop-bot")
+        rid, _ = self.ids()
+        call = {
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Oslo"})},
+        }
+        client.check("openai", call, request_id=rid)
+
+    def ep_parallel_turn(self):
+        """One Claude message with four tool calls: the second reuses the first's ID
+        (``duplicate_call_id``), the fourth repeats the third's write (``duplicate_in_flight``);
+        the allowed ones run and report their attempts by operation ID."""
+        client = self.agent("support-bot")
+        rid, cid = self.ids()
+        follow_up = self.follow_up_args()
+        blocks = [
+            ("get_weather", {"city": self.rng.choice(CITIES)}, f"{cid}_a"),
+            ("search_products", {"query": self.rng.choice(QUERIES)}, f"{cid}_a"),
+            ("create_follow_up", follow_up, f"{cid}_b"),
+            ("create_follow_up", dict(follow_up), f"{cid}_c"),
+        ]
+        response = {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Checking and scheduling."}]
+            + [as_anthropic(tool, arguments, call_id) for tool, arguments, call_id in blocks],
+        }
+        answers = client.check_turn("anthropic", response, request_id=rid)
+        tools = {"get_weather": self.weather, "create_follow_up": self.follow_up}
+        for (tool, arguments, _), answer in zip(blocks, answers, strict=True):
+            if answer.verdict != "allow":
+                continue
+            result = tools[tool](dict(arguments), answer.operation_id)
+            client.report_now(
+                client.event(
+                    "attempt",
+                    operation_id=answer.operation_id,
+                    request_id=rid,
+                    sent=True,
+                    outcome="success",
+                    result=result,
+                )
+            )
+
+    def ep_loop_detected(self):
+        # the model keeps asking for the same weather although it has the answer
+        client = self.agent("shop-bot")
+        rid, cid = self.ids()
+        fmt, call = self.proposal("get_weather", {"city": self.rng.choice(CITIES)}, cid)
+        result = client.run(fmt, call, self.weather, request_id=rid)
+        for _ in range(3):
+            client.check(fmt, call, request_id=rid)
+        return result
+
     #: every reason once, in this order
     COVERAGE = (
         "ok",
@@ -1000,6 +1168,9 @@ class Fleet:
         "outcome_unknown",
         "not_reconcilable",
         "tool_error",
+        "partial_failure",
+        "contract_drift",
+        "not_found_or_forbidden",
         "conflict",
         "duplicate_suppressed",
         "idempotency_mismatch",
@@ -1012,6 +1183,9 @@ class Fleet:
         "approval_rejected",
         "approval_expired",
         "approved",
+        "missing_call_id",
+        "parallel_turn",
+        "loop_detected",
     )
     #: the realistic mix after that: mostly fine calls, some mistakes and failures
     MIX = {
@@ -1030,6 +1204,9 @@ class Fleet:
         "unavailable": 3,
         "read_failure": 3,
         "tool_error": 2,
+        "partial_failure": 2,
+        "contract_drift": 1,
+        "not_found_or_forbidden": 1,
         "duplicate_suppressed": 3,
         "reconciled_applied": 2,
         "reconciled_absent": 2,
@@ -1043,6 +1220,9 @@ class Fleet:
         "not_reconcilable": 1,
         "malformed_call": 1,
         "reconcile_mismatch": 1,
+        "parallel_turn": 2,
+        "loop_detected": 1,
+        "missing_call_id": 1,
     }
 
     def episode(self, name: str) -> None:

@@ -21,12 +21,12 @@ from callgate.models import Agent, Membership, Project
 
 PASSWORD = "correct horse battery staple"
 
-#: The shared test vectors: ``shared/cases`` beside the checkout (as CI lays it out);
-#: ``CALLGATE_CASES`` names another file. ``.ci/run`` fails when the file is missing.
+#: The test vectors, part of the product: the repository's copy of
+#: ``shared/cases/classification.jsonl`` (``.ci/run`` fails when the two differ);
+#: ``CALLGATE_CASES`` names another file.
 CASES_FILE = Path(
     os.environ.get(
-        "CALLGATE_CASES",
-        Path(__file__).resolve().parent.parent.parent / "shared" / "cases" / "classification.jsonl",
+        "CALLGATE_CASES", Path(__file__).resolve().parent / "cases" / "classification.jsonl"
     )
 )
 

@@ -23,9 +23,9 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
-from callgate.models import Agent, CallRollup, Project, ToolCall, ToolContract
+from callgate.models import Agent, CallEvent, CallRollup, Project, ToolCall, ToolContract
 from callgate.reports.rollups import hour_floor
-from callgate.taxonomy import TABLE, Category, Reason, Route
+from callgate.taxonomy import REFUSALS, TABLE, Category, Reason, Route
 
 UTC = UTC
 GRANULARITIES = ("hour", "day", "week")
@@ -317,12 +317,38 @@ def report_categories(*, project: Project, f: ReportFilters) -> dict:
     }
 
 
+def refused_proposals(
+    project: Project,
+    f: ReportFilters,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> dict[str, int]:
+    """Proposals refused without touching the call they named (TAXONOMY v2: a loop, a sticky
+    refusal, a duplicate or mismatch under an existing operation ID), by reason, received in
+    the period: counted beside the calls so that loops and repeated refusals stay visible.
+    One query over the events (the ``(project, received_at)`` index)."""
+    qs = CallEvent.objects.filter(
+        project=project,
+        kind=CallEvent.Kind.PROPOSED,
+        received_at__gte=since or f.since,
+        received_at__lt=until or f.until,
+        reason__in=[r.value for r in REFUSALS],
+    ).exclude(state_before="")
+    if f.tool:
+        qs = qs.filter(call__tool_name=f.tool)
+    if f.agent_id is not None:
+        qs = qs.filter(call__agent_id=f.agent_id)
+    return dict(qs.values("reason").annotate(n=Count("id")).values_list("reason", "n").order_by())
+
+
 def report_reasons(*, project: Project, f: ReportFilters) -> dict:
     """Calls per reason, with its share and the change against the previous period of the
-    same length. Returns ``{"total", "previous_total", "previous": {"since", "until"},
-    "rows": [{"reason", "category", "calls", "share", "previous_calls", "change",
-    "change_ratio"}]}`` ordered by calls, most first (``change_ratio`` None when the
-    previous period had none)."""
+    same length, and the proposals refused with that reason without a call of their own
+    (``refused_proposals``). Returns ``{"total", "previous_total", "refused_total",
+    "previous": {"since", "until"}, "rows": [{"reason", "category", "calls", "share",
+    "previous_calls", "change", "change_ratio", "refused"}]}`` ordered by calls, most first
+    (``change_ratio`` None when the previous period had none)."""
     current = dict(
         _rollups(project, f)
         .values("reason")
@@ -338,9 +364,10 @@ def report_reasons(*, project: Project, f: ReportFilters) -> dict:
         .values_list("reason", "n")
         .order_by()
     )
+    refused = refused_proposals(project, f)
     total = sum(current.values())
     rows = []
-    for reason in set(current) | set(previous):
+    for reason in set(current) | set(previous) | set(refused):
         n, p = current.get(reason, 0), previous.get(reason, 0)
         category = TABLE[Reason(reason)][0].value if reason in REASON_ORDER else ""
         rows.append(
@@ -352,12 +379,14 @@ def report_reasons(*, project: Project, f: ReportFilters) -> dict:
                 "previous_calls": p,
                 "change": n - p,
                 "change_ratio": round((n - p) / p, 4) if p else None,
+                "refused": refused.get(reason, 0),
             }
         )
-    rows.sort(key=lambda r: (-r["calls"], -r["previous_calls"], r["reason"]))
+    rows.sort(key=lambda r: (-r["calls"], -r["previous_calls"], -r["refused"], r["reason"]))
     return {
         "total": total,
         "previous_total": sum(previous.values()),
+        "refused_total": sum(refused.values()),
         "previous": {"since": iso(prev_since), "until": iso(prev_until)},
         "rows": rows,
     }

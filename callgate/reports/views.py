@@ -306,6 +306,7 @@ def cards_reasons(project, f: ReportFilters, link: Links) -> list[dict]:
             signed(
                 r["change"], r["change_ratio"], bad=r["category"] not in reports.GOOD_CATEGORIES
             ),
+            num(r["refused"]),
         ]
         for r in data["rows"]
     ]
@@ -324,6 +325,7 @@ def cards_reasons(project, f: ReportFilters, link: Links) -> list[dict]:
             ("Share", True),
             ("Previous period", True),
             ("Change", True),
+            ("Refused proposals", True),
         ],
         rows,
         [
@@ -333,6 +335,7 @@ def cards_reasons(project, f: ReportFilters, link: Links) -> list[dict]:
             pct(1.0 if data["total"] else None),
             num(data["previous_total"], link(since=prev["since"], until=prev["until"])),
             signed(data["total"] - data["previous_total"], change_ratio, bad=False),
+            num(data["refused_total"]),
         ],
     )
     top = [r for r in data["rows"] if r["calls"]][:15]
@@ -357,7 +360,7 @@ def cards_reasons(project, f: ReportFilters, link: Links) -> list[dict]:
             "chart": c,
             "table": t,
             "layout": "side wide-table",
-            "empty": not data["total"] and not data["previous_total"],
+            "empty": not data["total"] and not data["previous_total"] and not data["refused_total"],
         }
     ]
 

@@ -145,6 +145,9 @@ def event_summary(event) -> str:
         parts = [f"attempt {n}" if n else "attempt", str(body.get("outcome") or "?")]
         if body.get("http_status"):
             parts.append(f"HTTP {body['http_status']}")
+        rpc = body.get("jsonrpc_error")
+        if isinstance(rpc, dict) and rpc.get("code") is not None:
+            parts.append(f"JSON-RPC {rpc['code']}")
         sent = body.get("sent")
         if body.get("outcome") not in (None, "success"):
             parts.append(

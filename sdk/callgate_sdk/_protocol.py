@@ -15,7 +15,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -164,15 +164,21 @@ def _drop_none(d: dict) -> dict:
     return {k: v for k, v in d.items() if v is not None}
 
 
-def local_operation_id(request_id: str | None, proposal: Proposal) -> str:
+def local_operation_id(
+    request_id: str | None, proposal: Proposal, volatile_arguments: Iterable[str] = ()
+) -> str:
     """The operation ID callgate derives for ``proposal`` (``wire.derive_operation_id`` over
-    the request ID, the tool and the canonical arguments), or a fresh one without a request ID
-    (callgate too assigns a fresh one then). Used when callgate cannot be reached."""
+    the request ID, the tool and the canonical arguments without the contract's
+    ``volatile_arguments``), or a fresh one without a request ID (callgate too assigns a
+    fresh one then). Used when callgate cannot be reached."""
     if not request_id or not proposal.tool:
         return f"op_{uuid.uuid4().hex}"
     if proposal.arguments_ok:
         return derive_operation_id(
-            request_id=request_id, tool=proposal.tool, arguments=proposal.arguments
+            request_id=request_id,
+            tool=proposal.tool,
+            arguments=proposal.arguments,
+            volatile_arguments=volatile_arguments,
         )
     return derive_operation_id(
         request_id=request_id,
@@ -198,6 +204,7 @@ class ToolInfo:
     idempotent: bool = False
     max_attempts: int = 3
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    volatile_arguments: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- the protocol
@@ -365,6 +372,7 @@ class Protocol:
             idempotent=idempotent,
             max_attempts=max_attempts,
             retry=retry or RetryPolicy(),
+            volatile_arguments=tuple(fields.get("volatile_arguments") or ()),
         )
         return ToolRegistration.model_validate(response.json())
 
@@ -575,7 +583,9 @@ class Protocol:
             except CallgateUnavailable:
                 if not self.fail_open or not parsed:
                     raise
-                op = operation_id or local_operation_id(keys.get("request_id"), proposal)
+                op = operation_id or local_operation_id(
+                    keys.get("request_id"), proposal, info.volatile_arguments
+                )
                 logger.warning(
                     "callgate unavailable at the gate; executing %s %s unchecked (fail_open)",
                     proposal.tool,

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import jsonpointer
 import rfc8785
 
 REDACTED = "•••"
@@ -83,6 +84,63 @@ def arguments_digest(arguments: Any) -> str:
     return hashlib.sha256(canonical_json(arguments)).hexdigest()
 
 
+def pointer_problem(pointer: Any) -> str | None:
+    """None when ``pointer`` is an RFC 6901 JSON Pointer to a value inside the arguments
+    (not ``""``, the whole document, nor ``-``, past the end of an array), else why not."""
+    if not isinstance(pointer, str):
+        return "must be a JSON Pointer string"
+    if pointer == "":
+        return 'must point inside the arguments (RFC 6901 "" is the whole object)'
+    try:
+        parts = jsonpointer.JsonPointer(pointer).parts
+    except jsonpointer.JsonPointerException as exc:
+        return f"{pointer!r} is not a JSON Pointer (RFC 6901): {exc}"
+    if "-" in parts:
+        return f"{pointer!r}: '-' names no existing array element"
+    return None
+
+
+def without_volatile(arguments: Any, volatile_arguments: Iterable[str] = ()) -> Any:
+    """``arguments`` without the values that the JSON Pointers (RFC 6901) of a contract's
+    ``volatile_arguments`` point to (TAXONOMY v2: a client idempotency key, a nonce, a client
+    timestamp). A pointer to nothing is ignored. ``arguments`` itself is not changed."""
+    if not volatile_arguments or not isinstance(arguments, dict):
+        return arguments
+    copy = json.loads(json.dumps(arguments))  # a deep copy of JSON values
+    for pointer in volatile_arguments:
+        try:
+            parts = jsonpointer.JsonPointer(pointer).parts
+        except jsonpointer.JsonPointerException:
+            continue
+        if not parts:
+            continue
+        node: Any = copy
+        for part in parts[:-1]:
+            node = _child(node, part)
+            if node is None:
+                break
+        if isinstance(node, dict):
+            node.pop(parts[-1], None)
+        elif isinstance(node, list) and parts[-1].isdigit() and int(parts[-1]) < len(node):
+            node[int(parts[-1])] = None  # keeps the other elements where they are
+    return copy
+
+
+def _child(node: Any, part: str) -> Any:
+    if isinstance(node, dict):
+        return node.get(part)
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return node[int(part)]
+    return None
+
+
+def canonical_arguments(arguments: Any, volatile_arguments: Iterable[str] = ()) -> bytes:
+    """The RFC 8785 bytes that identify an operation's arguments: ``canonical_json`` of the
+    arguments without their volatile values. The operation ID and the duplicate and mismatch
+    checks are derived from these."""
+    return canonical_json(without_volatile(arguments, volatile_arguments))
+
+
 def derive_operation_id(
     *,
     request_id: str,
@@ -90,16 +148,25 @@ def derive_operation_id(
     arguments: Any = None,
     raw_arguments: str | None = None,
     canonical: bytes | None = None,
+    volatile_arguments: Iterable[str] = (),
+    ordinal: int = 1,
 ) -> str:
     """``op_`` + 32 hex of SHA-256 over request ID, tool name and the RFC 8785 canonical
-    arguments (the raw string when they do not parse; ``canonical`` when the caller has
-    the canonical bytes already). Key order and whitespace never change it; model text
-    other than the arguments never enters it."""
+    arguments without the contract's ``volatile_arguments`` (``canonical_arguments``; the raw
+    string when they do not parse; ``canonical`` when the caller has those bytes already).
+    Key order, whitespace and volatile values never change it; model text other than the
+    arguments never enters it. ``ordinal`` k > 1 marks the k-th identical call of one model
+    turn (TAXONOMY v2, "Whole model turns"), a separate operation."""
     if canonical is not None:
         body = canonical
+    elif raw_arguments is not None:
+        body = raw_arguments.encode()
     else:
-        body = canonical_json(arguments) if raw_arguments is None else raw_arguments.encode()
-    digest = hashlib.sha256(b"\x1f".join([request_id.encode(), tool.encode(), body])).hexdigest()
+        body = canonical_arguments(arguments, volatile_arguments)
+    parts = [request_id.encode(), tool.encode(), body]
+    if ordinal > 1:
+        parts.append(f"#{ordinal}".encode())
+    digest = hashlib.sha256(b"\x1f".join(parts)).hexdigest()
     return f"op_{digest[:32]}"
 
 
@@ -126,3 +193,34 @@ def redact(value: Any, sensitive: Iterable[str] = ()) -> Any:
         return node
 
     return walk(value, "")
+
+
+#: The most characters of one text (an error, a result string) that an event stores: longer
+#: texts keep their head and tail around a marker that gives the original length.
+STORED_TEXT_CHARS = 4_000
+
+
+def cut_text(text: str, limit: int = STORED_TEXT_CHARS) -> str:
+    """``text`` when it has at most ``limit`` characters, else its head and tail (about
+    two thirds and one third of ``limit``) around ``…[N of M characters cut]…``. The cause
+    of a failure is read from the whole text before it is cut (TAXONOMY v2)."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n…[{cut:,} of {len(text):,} characters cut]…\n{text[-tail:]}"
+
+
+def cut_texts(value: Any, limit: int = STORED_TEXT_CHARS) -> Any:
+    """``value`` with every string longer than ``limit`` cut by ``cut_text`` (the same object
+    when none is)."""
+    if isinstance(value, str):
+        return cut_text(value, limit) if len(value) > limit else value
+    if isinstance(value, dict):
+        items = {key: cut_texts(item, limit) for key, item in value.items()}
+        return value if all(items[k] is value[k] for k in value) else items
+    if isinstance(value, list):
+        items = [cut_texts(item, limit) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value

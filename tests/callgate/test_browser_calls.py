@@ -162,3 +162,134 @@ class CallsBrowserTests(BrowserTestCase):
         self.visit(f"/p/acme/calls/{calls[0].operation_id}/")
         self.screenshot("call-detail-dark")
         self.assert_no_console_errors()
+
+
+class CauseBrowserTests(BrowserTestCase):
+    """The call detail shows the cause that was read and a partial failure's failed items,
+    from events that went through the real ingest path."""
+
+    def _ingest(self, events: list[dict]) -> str:
+        from callgate import services
+        from callgate.ingest import events_apply
+        from callgate.schemas import EVENT_ADAPTER, ContractIn
+
+        services.contract_register(
+            agent=self.agent,
+            name="upsert_contacts",
+            payload=ContractIn.model_validate(
+                {
+                    "effect": "write",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"contacts": {"type": "array"}},
+                        "required": ["contacts"],
+                    },
+                }
+            ),
+        )
+        now = timezone.now().isoformat()
+        parsed = [
+            EVENT_ADAPTER.validate_python(
+                {"event_id": str(uuid.uuid4()), "occurred_at": now, "request_id": "r-1", **e}
+            )
+            for e in events
+        ]
+        events_apply(project=self.project, agent=self.agent, events=parsed[:1])
+        call = ToolCall.objects.get(project=self.project, request_id="r-1")
+        for event in parsed[1:]:
+            event.operation_id = call.operation_id
+            events_apply(project=self.project, agent=self.agent, events=[event])
+        return call.operation_id
+
+    def test_it_shows_the_cause_read_and_the_failed_items(self):
+        failures = [
+            {"email": "cy@example.com", "error": "address bounced"},
+            {"email": "dee@example.com", "error": "opted out of marketing"},
+        ]
+        operation_id = self._ingest(
+            [
+                {
+                    "type": "proposed",
+                    "format": "plain",
+                    "call": {"tool": "upsert_contacts", "arguments": {"contacts": [1, 2, 3, 4]}},
+                },
+                {
+                    "type": "attempt",
+                    "sent": True,
+                    "outcome": "success",
+                    "http_status": 200,
+                    "result": {
+                        "succeeded": ["ana@example.com", "bo@example.com"],
+                        "failed": failures,
+                    },
+                },
+            ]
+        )
+        self.login("alice", next_path=f"/p/acme/calls/{operation_id}/")
+        card = self.page.locator("#cause")
+        card.get_by_role("heading", name="Cause read").wait_for()
+        assert "2 failed item(s) beside successes" in card.inner_text()
+        rows = card.locator("table.failed-items tbody tr").all_inner_texts()
+        assert [r.split("\t")[0] for r in rows] == ["cy@example.com", "dee@example.com"]
+        assert "opted out" in rows[1]
+        timeline = self.page.locator("ol.timeline").inner_text()
+        assert "Cause read:" in timeline and "cy@example.com" in timeline
+        self.screenshot("call-detail-partial-failure")
+        self.assert_no_console_errors()
+
+
+class TurnBrowserTests(BrowserTestCase):
+    def test_the_call_detail_shows_its_turn_and_the_list_filters_by_v2_reasons(self):
+        from rest_framework.test import APIClient
+
+        from callgate.auth import api_key_issue
+        from tests.callgate.test_ingest_api import FOLLOW_UP, WEATHER
+        from tests.factories import make_event
+
+        api = APIClient()
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key_issue(agent=self.agent).plain}")
+        for name, body in (("get_weather", WEATHER), ("create_follow_up", FOLLOW_UP)):
+            api.put(f"/api/v1/tools/{name}", body, format="json")
+        write = {"ticket_id": "T-7"}
+        response = {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "On it."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "get_weather",
+                    "input": {"city": "Oslo"},
+                },
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "get_weather",
+                    "input": {"city": "Rome"},
+                },
+                {"type": "tool_use", "id": "toolu_2", "name": "create_follow_up", "input": write},
+                {"type": "tool_use", "id": "toolu_3", "name": "create_follow_up", "input": write},
+            ],
+        }
+        turn = make_event("turn", format="anthropic", response=response, request_id="req-t")
+        assert api.post("/api/v1/events", turn, format="json").status_code == 200
+        first = ToolCall.objects.get(
+            project=self.project, tool_name="get_weather", arguments__city="Oslo"
+        )
+        self.login("alice", next_path=f"/p/acme/calls/{first.operation_id}/")
+        section = self.page.locator("#turn")
+        section.wait_for()
+        assert section.locator("tbody tr").count() == 4
+        text = section.inner_text()
+        assert "duplicate_call_id" in text and "duplicate_in_flight" in text
+        assert section.locator("tr[aria-current=true]").count() == 1
+        self.screenshot("call-detail-turn")
+        self.visit("/p/acme/calls/")
+        self.page.select_option("select[name=reason]", "duplicate_in_flight")
+        self.page.wait_for_url("**reason=duplicate_in_flight**")
+        self.page.locator(".chips .chip").first.wait_for()
+        assert set(self.page.locator("#call-rows .badge").all_inner_texts()) == {
+            "duplicate_in_flight"
+        }
+        self.screenshot("calls-filter-duplicate-in-flight", full_page=False)
+        self.assert_no_console_errors()

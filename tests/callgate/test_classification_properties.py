@@ -41,7 +41,7 @@ json_values = st.recursive(
     max_leaves=20,
 )
 #: Text as callgate stores it: parsing turns U+0000 and unpaired surrogates into U+FFFD
-#: (``callgate.providers.loads``; tested in test_providers), so IDs are compared over the rest.
+#: (``callgate_sdk.providers.loads``; tested in test_providers), so IDs are compared over the rest.
 storable_text = st.text(
     alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
 )
@@ -82,6 +82,8 @@ def test_any_byte_string_as_arguments_never_raises(raw, format_):
         },
         "anthropic": {"type": "tool_use", "id": "c", "name": "book_flight", "input": text},
         "gemini": {"functionCall": {"name": "book_flight", "args": text}},
+        "bedrock": {"toolUseId": "c", "name": "book_flight", "input": text},
+        "ollama": {"function": {"name": "book_flight", "arguments": text}},
         "mcp": {
             "jsonrpc": "2.0",
             "id": 1,
@@ -159,3 +161,38 @@ def test_attempt_classification_is_total_and_deterministic(
     assert first.reason is not None
     if first.route.value == "retry":
         assert attempts < CONTRACT.max_attempts
+
+
+# --- volatile_arguments (TAXONOMY v2; RFC 6901 pointers) ------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arguments=st.dictionaries(st.text(max_size=5), json_values, max_size=4),
+    nonce=json_values,
+    other=json_values,
+)
+def test_volatile_values_never_change_the_operation_id(arguments, nonce, other):
+    from callgate_sdk.wire import derive_operation_id
+
+    volatile = ["/meta/nonce", "/id~1key"]
+    first = {**arguments, "meta": {"nonce": nonce}, "id/key": nonce}
+    second = {**arguments, "meta": {"nonce": other}, "id/key": other}
+    derive = lambda a, **k: derive_operation_id(  # noqa: E731
+        request_id="r", tool="t", arguments=a, volatile_arguments=volatile, **k
+    )
+    assert derive(first) == derive(second)
+    assert derive(first) != derive(first, ordinal=2)
+    assert first["meta"]["nonce"] == nonce  # the arguments themselves are untouched
+
+
+def test_a_volatile_pointer_names_one_value_not_its_siblings():
+    from callgate_sdk.wire import derive_operation_id, pointer_problem
+
+    op = lambda a: derive_operation_id(  # noqa: E731
+        request_id="r", tool="t", arguments=a, volatile_arguments=["/nonce"]
+    )
+    assert op({"a": 1, "nonce": "x"}) == op({"a": 1, "nonce": "y"}) == op({"a": 1})
+    assert op({"a": 1, "nonce": "x"}) != op({"a": 2, "nonce": "x"})
+    assert pointer_problem("nonce") and pointer_problem("") and pointer_problem("/a/-")
+    assert pointer_problem("/a/0/b") is None

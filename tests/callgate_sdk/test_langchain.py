@@ -171,11 +171,15 @@ class LangChainTests(TransactionTestCase):
         for _, op in self.executed:
             assert calls[op].state == ToolCall.State.SUCCEEDED and calls[op].attempts == 1
         note = calls[next(op for name, op in self.executed if name == "add_note")]
-        assert str(note.reason) == "duplicate_suppressed" and note.request_id == "req-1"
+        assert note.request_id == "req-1"
         [rejected] = [c for c in calls.values() if c.state == ToolCall.State.REJECTED]
         page = self.page_text(f"/p/{self.project.slug}/calls/")
         assert f"{rejected.reason} add_note support-bot {rejected.operation_id[:10]}…" in page
-        assert f"duplicate_suppressed add_note support-bot {note.operation_id[:10]}…" in page
+        assert f"ok add_note support-bot {note.operation_id[:10]}… Succeeded 1/3" in page
+        # the repeat is on the call's page: answered with the receipt, not executed again
+        detail = self.page_text(f"/p/{self.project.slug}/calls/{note.operation_id}/")
+        assert "Proposed · Agent duplicate_suppressed proposed" in detail
+        assert "Attempts 1 of 3 · 1 duplicate suppressed" in detail
 
     def test_an_approval_is_decided_by_an_operator(self):
         decided: list[str] = []

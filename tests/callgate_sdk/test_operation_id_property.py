@@ -1,6 +1,7 @@
 """Property: for every generated call, the operation ID the SDK derives on its own (what a
 ``fail_open`` client executes under while callgate is down) is the one callgate's gate
-answers with, whatever the provider format, key order, whitespace or argument values."""
+answers with, whatever the provider format, key order, whitespace or argument values, and
+without the values of the contract's volatile arguments (TAXONOMY v2)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,28 @@ class OperationIdPropertyTests(TestCase):
         call = {"tool": tool, "arguments": "{" + raw}
         answer = self.client_.check("plain", call, request_id=request_id)
         assert answer.operation_id == local_operation_id(request_id, normalise("plain", call))
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        tool=tools,
+        args=arguments.filter(bool),
+        request_id=request_ids,
+        data=st.data(),
+    )
+    def test_so_it_does_without_the_contracts_volatile_arguments(
+        self, tool, args, request_id, data
+    ):
+        keys = data.draw(st.lists(st.sampled_from(sorted(args)), unique=True, max_size=3))
+        pointers = ["/" + key.replace("~", "~0").replace("/", "~1") for key in keys]
+        self.client_.register_tool(
+            tool, parameters={"type": "object"}, effect="write", volatile_arguments=pointers
+        )
+        call = {"tool": tool, "arguments": args}
+        answer = self.client_.check("plain", call, request_id=request_id)
+        local = local_operation_id(request_id, normalise("plain", call), pointers)
+        assert answer.operation_id == local
+        changed = {**args, **{key: "another value" for key in keys}}
+        again = self.client_.check(
+            "plain", {"tool": tool, "arguments": changed}, request_id=request_id
+        )
+        assert again.operation_id == answer.operation_id  # volatile values never change it

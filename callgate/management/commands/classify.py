@@ -17,7 +17,7 @@ from callgate.replay import read_cases, replay_case
 class Command(BaseCommand):
     help = (
         "Replay a file of tool-call cases (JSON lines) through callgate's ingest path and print one JSON line "
-        "per case: {id, reason, category, route, observation}. Nothing is stored. '-' reads standard input."
+        "per case: {id, reason, category, route, observation, operation_id, calls}. Nothing is stored. '-' reads standard input."
     )
 
     def add_arguments(self, parser):
