@@ -15,6 +15,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 RUN useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin callgate
+COPY sdk sdk
+RUN pip install ./sdk
 COPY pyproject.toml README.md ./
 COPY callgate callgate
 COPY reviews reviews

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from callgate import otlp, providers, selectors, services
+from callgate import otlp, selectors, services
 from callgate.auth import AgentPrincipal
 from callgate.inbox import (
     EventRefused,
@@ -48,7 +48,8 @@ from callgate.selectors import CallFilters, Cursor
 from callgate.tasks import drain_inbox_enqueue
 from callgate.taxonomy import Category, Reason
 from callgate.timeparse import RFC3339, parse_time
-from callgate.wire import MAX_JSON_DEPTH, json_depth
+from callgate_sdk import providers
+from callgate_sdk.wire import MAX_JSON_DEPTH, json_depth
 
 MAX_BATCH_EVENTS = 1000
 MAX_BATCH_BYTES = 5 * 1024 * 1024

@@ -40,7 +40,7 @@ from typing import Any
 
 import re2
 
-from callgate.providers import mcp_result_is_error, mcp_result_text
+from callgate_sdk.providers import mcp_result_is_error, mcp_result_text
 
 # --- kinds of cause -----------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from callgate import causes
-from callgate.providers import Proposal, json_type
 from callgate.taxonomy import (
     PROPOSAL_PRECEDENCE,
     REASK_REASONS,
@@ -35,6 +34,7 @@ from callgate.taxonomy import (
     category_of,
     route_of,
 )
+from callgate_sdk.providers import Proposal, json_type
 
 R = Reason
 

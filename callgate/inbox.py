@@ -33,10 +33,10 @@ from callgate.ingest import (
     turn_event_ids,
 )
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall, ToolContract
-from callgate.providers import envelope_calls
 from callgate.schemas import EVENT_ADAPTER, MAX_CLOCK_SKEW
 from callgate.taxonomy import Route
-from callgate.wire import redact
+from callgate_sdk.providers import envelope_calls
+from callgate_sdk.wire import redact
 
 S = ToolCall.State
 logger = logging.getLogger(__name__)

@@ -42,7 +42,6 @@ from callgate.models import (
     ToolCall,
     ToolContract,
 )
-from callgate.providers import TurnError, normalise, split_turn
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,
@@ -54,7 +53,8 @@ from callgate.schemas import (
     TurnEvent,
 )
 from callgate.taxonomy import REASK_REASONS, REFUSALS, STICKY_REASONS, Reason, Route
-from callgate.wire import canonical_arguments, cut_texts, derive_operation_id, redact
+from callgate_sdk.providers import TurnError, normalise, split_turn
+from callgate_sdk.wire import canonical_arguments, cut_texts, derive_operation_id, redact
 
 S = ToolCall.State
 logger = logging.getLogger(__name__)

@@ -55,7 +55,7 @@ from callgate.inbox import events_receive
 from callgate.models import InboxEvent, ToolCall
 from callgate.schemas import EARLIEST, EVENT_ADAPTER, error_list
 from callgate.tasks import drain_inbox_enqueue
-from callgate.wire import MAX_JSON_DEPTH, canonical_json, derive_operation_id, json_depth
+from callgate_sdk.wire import MAX_JSON_DEPTH, canonical_json, derive_operation_id, json_depth
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

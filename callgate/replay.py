@@ -20,8 +20,8 @@ from django.utils import timezone
 from callgate import services
 from callgate.inbox import event_answer, events_receive, inbox_drain
 from callgate.models import Agent, Project, ToolCall
-from callgate.providers import normalise
 from callgate.schemas import EVENT_ADAPTER, ContractIn
+from callgate_sdk.providers import normalise
 
 
 class _Rollback(Exception):

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from callgate.timeparse import RFC3339
-from callgate.wire import pointer_problem
+from callgate_sdk.wire import pointer_problem
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
 Format = Literal[

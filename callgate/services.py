@@ -40,7 +40,7 @@ from callgate.schemas import (
     TurnEvent,
 )
 from callgate.taxonomy import Reason, Route, category_of
-from callgate.wire import arguments_digest, canonical_arguments, derive_operation_id, redact
+from callgate_sdk.wire import arguments_digest, canonical_arguments, derive_operation_id, redact
 
 
 def project_create(*, slug: str, name: str) -> tuple[Project, bool]:

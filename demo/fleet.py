@@ -2,7 +2,7 @@
 
 ``manage.py demo`` (``callgate.management.commands.demo``) calls ``demo_run``: it creates
 the ``demo`` project with an operator and a manager, registers tool contracts (good and
-badly described ones), and runs agents through the SDK (``callgate.sdk``) against callgate
+badly described ones), and runs agents through the SDK (``callgate_sdk``) against callgate
 and the target-system simulator (``demo.simulator``), both in-process, so that every
 reason of the taxonomy occurs at least once, review items wait in the queue, and the reports
 have data. Randomness comes from one ``random.Random(seed)``: the same seed gives the same
@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from callgate.sdk import CallgateClient, RetryPolicy, RunResult, SelfCorrector, ToolFailure
+from callgate_sdk import CallgateClient, RetryPolicy, RunResult, SelfCorrector, ToolFailure
 from demo.simulator import (
     DEMO_TENANTS,
     SIMULATOR_PATH,
@@ -34,7 +34,6 @@ from demo.simulator import (
     simulator_transport,
 )
 
-#: where the callgate server mounts the simulator (``/simulator/`` in ``callgate.urls``)
 TENANT = "acme"
 TOKEN = DEMO_TENANTS[TENANT]
 PROJECT_SLUG = "demo"

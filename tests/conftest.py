@@ -38,3 +38,14 @@ def _test_settings(settings):
     from callgate.celery import app
 
     app.conf.task_always_eager = True
+
+
+@pytest.fixture(autouse=True)
+def _celery_join_flag():
+    """Eager tasks run in several threads at once (a live server, a LangGraph ToolNode) race
+    on Celery's process-wide "inside a task" flag (``denied_join_result`` sets and restores
+    it without a lock), which can stay set and make a later ``result.get()`` refuse."""
+    yield
+    from celery._state import _set_task_join_will_block
+
+    _set_task_join_will_block(False)

@@ -18,10 +18,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("callgate", "reviews", "demo", "mcp_gateway")
+APPS = ("callgate", "reviews", "demo", "mcp_gateway", "sdk/callgate_sdk")
 PURE = (
-    "callgate.wire",
-    "callgate.providers",
+    "callgate_sdk",
+    "callgate_sdk.wire",
+    "callgate_sdk.providers",
     "callgate.taxonomy",
     "callgate.classification",
     "callgate.lifecycle",
@@ -31,8 +32,8 @@ PURE = (
 )
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module_name(path: Path, base: Path = ROOT) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -40,10 +41,11 @@ def _module_name(path: Path) -> str:
 
 def _sources(*tops: str) -> dict[str, Path]:
     found = {}
-    for top in tops:
-        for path in (ROOT / top).rglob("*.py"):
+    for top in tops:  # "sdk/callgate_sdk": the package callgate_sdk under sdk/
+        package = ROOT / top
+        for path in package.rglob("*.py"):
             if "migrations" not in path.parts:
-                found[_module_name(path)] = path
+                found[_module_name(path, package.parent)] = path
     return found
 
 
@@ -145,6 +147,8 @@ def test_the_apps_depend_in_one_direction():
                 wrong.append(f"{module} -> {target} (the MCP gateway is built on callgate, not in)")
             if app != "demo" and other == "demo":
                 wrong.append(f"{module} -> {target} (nothing in the product imports the demo)")
+            if app == "callgate_sdk" and other != "callgate_sdk":
+                wrong.append(f"{module} -> {target} (the SDK stands alone; the server imports it)")
     assert wrong == []
 
 

@@ -12,7 +12,7 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from callgate.taxonomy import Category, Reason, category_of
-from callgate.wire import REDACTED  # what ingest stores in place of a sensitive value
+from callgate_sdk.wire import REDACTED  # what ingest stores in place of a sensitive value
 
 register = template.Library()
 

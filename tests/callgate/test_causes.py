@@ -13,7 +13,7 @@ from callgate import causes
 from callgate.causes import Failure, quote_target, read_failure, read_result
 from callgate.classification import Attempt, Contract, classify_attempt
 from callgate.taxonomy import Reason, Route
-from callgate.wire import cut_text, cut_texts
+from callgate_sdk.wire import cut_text, cut_texts
 
 R = Reason
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from callgate.classification import Contract, classify_proposal, schema_problems
-from callgate.providers import normalise
 from callgate.taxonomy import Category, Reason, Route
+from callgate_sdk.providers import normalise
 
 #: Nested quantifiers: Python's backtracking ``re`` takes about 2**n steps on n letters
 #: followed by a mismatch, which at 40 letters never finishes.

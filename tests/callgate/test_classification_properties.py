@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate.classification import Attempt, Contract, classify_attempt, classify_proposal
-from callgate.providers import FORMATS, normalise
-from callgate.wire import arguments_digest, derive_operation_id
+from callgate_sdk.providers import FORMATS, normalise
+from callgate_sdk.wire import arguments_digest, derive_operation_id
 
 CONTRACT = Contract(
     name="book_flight",
@@ -41,7 +41,7 @@ json_values = st.recursive(
     max_leaves=20,
 )
 #: Text as callgate stores it: parsing turns U+0000 and unpaired surrogates into U+FFFD
-#: (``callgate.providers.loads``; tested in test_providers), so IDs are compared over the rest.
+#: (``callgate_sdk.providers.loads``; tested in test_providers), so IDs are compared over the rest.
 storable_text = st.text(
     alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
 )
@@ -173,7 +173,7 @@ def test_attempt_classification_is_total_and_deterministic(
     other=json_values,
 )
 def test_volatile_values_never_change_the_operation_id(arguments, nonce, other):
-    from callgate.wire import derive_operation_id
+    from callgate_sdk.wire import derive_operation_id
 
     volatile = ["/meta/nonce", "/id~1key"]
     first = {**arguments, "meta": {"nonce": nonce}, "id/key": nonce}
@@ -187,7 +187,7 @@ def test_volatile_values_never_change_the_operation_id(arguments, nonce, other):
 
 
 def test_a_volatile_pointer_names_one_value_not_its_siblings():
-    from callgate.wire import derive_operation_id, pointer_problem
+    from callgate_sdk.wire import derive_operation_id, pointer_problem
 
     op = lambda a: derive_operation_id(  # noqa: E731
         request_id="r", tool="t", arguments=a, volatile_arguments=["/nonce"]

@@ -33,7 +33,7 @@ from django.test import LiveServerTestCase, TransactionTestCase, override_settin
 
 from callgate.auth import api_key_issue
 from callgate.models import Agent, CallEvent, Project, ToolCall
-from callgate.sdk import CallgateClient
+from callgate_sdk import CallgateClient
 from demo.fleet import (
     TOKEN,
     as_openai,

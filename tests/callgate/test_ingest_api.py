@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from callgate.auth import api_key_issue
 from callgate.models import Agent, CallEvent, InboxEvent, ToolCall, ToolContract
-from callgate.wire import derive_operation_id
+from callgate_sdk.wire import derive_operation_id
 from reviews.models import ReviewItem
 from tests.factories import FOLLOW_UP, WEATHER, BaseTestCase, make_event, proposal
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from callgate.providers import (
+from callgate_sdk.providers import (
     RESULT_MISSING,
     TurnError,
     envelope_calls,

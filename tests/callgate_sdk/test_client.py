@@ -1,4 +1,4 @@
-"""The agent SDK (``callgate.sdk``) against a scripted callgate behind ``httpx.MockTransport``.
+"""The sync client (``callgate_sdk.CallgateClient``) against a scripted callgate behind ``httpx.MockTransport``.
 
 These tests pin the SDK's protocol behaviour (what it sends, how it follows each route,
 backoff, the breaker, the on-disk buffer) with no database; the end-to-end tests in
@@ -7,19 +7,14 @@ backoff, the breaker, the on-disk buffer) with no database; the end-to-end tests
 
 from __future__ import annotations
 
-import json
 import logging
-import tempfile
 import threading
 import time
-from collections import deque
-from pathlib import Path
 
 import httpx
-from django.test import SimpleTestCase
 from pydantic import BaseModel, Field
 
-from callgate.sdk import (
+from callgate_sdk import (
     CallAnswer,
     CallgateClient,
     CallgateError,
@@ -30,179 +25,21 @@ from callgate.sdk import (
     SelfCorrector,
     ToolFailure,
     backoff_delay,
-    derive_operation_id,
-    parse_call,
 )
+from callgate_sdk._protocol import ToolInfo, local_operation_id
+from callgate_sdk.providers import normalise
+from callgate_sdk.wire import derive_operation_id
 
-KEY = "cg_0123abcd_" + "x" * 43
-OP = "op-1"
-
-
-def answer(verdict: str, state: str = "allowed", **fields) -> dict:
-    base = {
-        "operation_id": OP,
-        "verdict": verdict,
-        "state": state,
-        "reason": None,
-        "category": None,
-        "route": None,
-        "observation": "",
-        "receipt": None,
-        "attempts": 0,
-        "max_attempts": 3,
-        "retry_after": None,
-        "decision": None,
-    }
-    return {**base, **fields}
-
-
-class FakeCallgate:
-    """A scripted callgate: queues of answers for the gate, attempts and polls; records requests."""
-
-    def __init__(self):
-        self.down = False
-        self.gate: deque[dict] = deque()
-        self.event_answers: deque[dict] = deque()  # answers for accepted attempts, in order
-        self.applied: dict[
-            str, dict
-        ] = {}  # event_id -> its answer, read by GET /api/v1/events/{id}
-        self.pending_reads = 0  # GET /api/v1/events/{id} answers "pending" this many times first
-        self.polls: deque[dict] = deque()
-        self.requests: list[tuple[str, str, object]] = []
-        self.events: dict[str, dict] = {}  # stored once per event_id
-        self.event_posts = 0
-        self.reject_ids: set[str] = set()
-        self.status_override: int | None = None
-
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        if self.down:
-            raise httpx.ConnectError("connection refused", request=request)
-        if self.status_override:
-            return httpx.Response(self.status_override, json={"error": "boom"})
-        assert request.headers["Authorization"] == f"Bearer {KEY}"
-        body = json.loads(request.content) if request.content else None
-        self.requests.append((request.method, request.url.path, body))
-        path = request.url.path
-        if request.method == "PUT" and path.startswith("/api/v1/tools/"):
-            return httpx.Response(
-                201,
-                json={
-                    "name": path.rsplit("/", 1)[1],
-                    "version": 1,
-                    "created": True,
-                    "lint": {"score": 90, "findings": [{"path": "$.x", "message": "m"}]},
-                },
-            )
-        if request.method == "POST" and path == "/api/v1/calls":
-            return httpx.Response(200, json=self.gate.popleft())
-        if request.method == "GET" and path.startswith("/api/v1/calls/"):
-            return httpx.Response(200, json=self.polls.popleft())
-        if request.method == "GET" and path.startswith("/api/v1/events/"):
-            event_id = path.rsplit("/", 1)[1]
-            if event_id not in self.events:
-                return httpx.Response(404, json={"error": "Not found.", "errors": []})
-            if self.pending_reads or event_id not in self.applied:
-                self.pending_reads = max(0, self.pending_reads - 1)
-                return httpx.Response(
-                    200,
-                    json={
-                        "event_id": event_id,
-                        "status": "pending",
-                        "kind": "attempt",
-                        "errors": [],
-                        "answer": None,
-                    },
-                )
-            return httpx.Response(
-                200,
-                json={
-                    "event_id": event_id,
-                    "status": "applied",
-                    "kind": "attempt",
-                    "errors": [],
-                    "answer": self.applied[event_id],
-                },
-            )
-        if request.method == "POST" and path == "/api/v1/events":
-            self.event_posts += 1
-            results, partial = [], False
-            for index, event in enumerate(body if isinstance(body, list) else [body]):
-                if event["event_id"] in self.reject_ids:
-                    partial = True
-                    results.append(
-                        {
-                            "index": index,
-                            "event_id": event["event_id"],
-                            "status": "rejected",
-                            "errors": [{"loc": "type", "msg": "bad"}],
-                        }
-                    )
-                    continue
-                status = "duplicate" if event["event_id"] in self.events else "accepted"
-                self.events.setdefault(event["event_id"], event)
-                if event["type"] == "attempt" and self.event_answers and status == "accepted":
-                    self.applied[event["event_id"]] = self.event_answers.popleft()
-                results.append(
-                    {"index": index, "event_id": event["event_id"], "status": status, "errors": []}
-                )
-            return httpx.Response(207 if partial else 200, json={"results": results})
-        return httpx.Response(404, json={"error": "no route"})
-
-    def attempts(self) -> list[dict]:
-        return [e for e in self.events.values() if e["type"] == "attempt"]
-
-
-OPENAI_CALL = {
-    "id": "call_1",
-    "type": "function",
-    "function": {"name": "create_follow_up", "arguments": json.dumps({"ticket_id": "T-1"})},
-}
-
-
-class Recorder:
-    """An execute callable: runs a script of results/exceptions and records its calls."""
-
-    def __init__(self, *script):
-        self.script = list(script)
-        self.calls: list[tuple[dict, str]] = []
-
-    def __call__(self, arguments: dict, operation_id: str):
-        self.calls.append((arguments, operation_id))
-        step = self.script.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        return step
-
-
-class SdkTestCase(SimpleTestCase):
-    """No database: the SDK never touches one. ``self.tmp`` is a fresh buffer directory."""
-
-    def setUp(self):
-        super().setUp()
-        self._tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(self._tmp.cleanup)
-        self.tmp = Path(self._tmp.name)
-
-
-def make_client(fake: FakeCallgate, buffer_dir: Path | None = None, **kwargs) -> CallgateClient:
-    sleeps = kwargs.pop("sleeps", None)
-    defaults = dict(
-        transport=fake.transport(),
-        flush_interval=None,
-        execute_timeout=None,
-        buffer_dir=buffer_dir,
-        rand=lambda a, b: b,
-        answer_timeout=0,
-        sleep=(sleeps.append if sleeps is not None else (lambda s: None)),
-    )
-    defaults.update(kwargs)
-    return CallgateClient("http://callgate.test", KEY, **defaults)
-
-
-# --- pure helpers -----------------------------------------------------------------
+from .support import (
+    KEY,
+    OP,
+    OPENAI_CALL,
+    FakeCallgate,
+    Recorder,
+    SdkTestCase,
+    answer,
+    make_client,
+)
 
 
 class BackoffTests(SdkTestCase):
@@ -219,7 +56,7 @@ class BackoffTests(SdkTestCase):
             assert 0 <= backoff_delay(n, policy) <= min(10, 0.5 * 3**n)
 
 
-class ParseCallTests(SdkTestCase):
+class LocalOperationIdTests(SdkTestCase):
     CASES = [
         ("openai", OPENAI_CALL),
         (
@@ -253,22 +90,18 @@ class ParseCallTests(SdkTestCase):
         ("plain", {"tool": "create_follow_up", "arguments": '{"ticket_id": "T-1"}'}),
     ]
 
-    def test_it_reads_every_provider_format(self):
-        for fmt, call in self.CASES:
-            with self.subTest(fmt):
-                parsed = parse_call(fmt, call)
-                assert parsed.tool == "create_follow_up"
-                assert parsed.arguments == {"ticket_id": "T-1"}
+    def test_a_fail_open_operation_id_depends_on_the_call_not_its_provider_format(self):
+        ids = {fmt: local_operation_id("r1", normalise(fmt, call)) for fmt, call in self.CASES}
+        assert set(ids.values()) == {
+            derive_operation_id(
+                request_id="r1", tool="create_follow_up", arguments={"ticket_id": "T-1"}
+            )
+        }, ids
+        assert local_operation_id("r2", normalise(*self.CASES[0])) != ids["openai"]
 
-    def test_it_refuses_arguments_that_are_not_an_object(self):
-        with self.assertRaises(ValueError):
-            parse_call("plain", {"tool": "x", "arguments": "[1, 2]"})
-
-    def test_it_derives_the_same_operation_id_for_equal_arguments(self):
-        assert derive_operation_id("r1", "t", {"a": 1, "b": 2}) == derive_operation_id(
-            "r1", "t", {"b": 2, "a": 1}
-        )
-        assert derive_operation_id("r1", "t", {"a": 1}) != derive_operation_id("r2", "t", {"a": 1})
+    def test_without_a_request_id_each_call_gets_a_fresh_operation_id(self):
+        proposal = normalise(*self.CASES[0])
+        assert local_operation_id(None, proposal) != local_operation_id(None, proposal)
 
 
 class CircuitBreakerTests(SdkTestCase):
@@ -400,9 +233,7 @@ class RunTests(SdkTestCase):
         )
         sleeps: list[float] = []
         client = make_client(fake, sleeps=sleeps)
-        client.tools["create_follow_up"] = client.tools.get("create_follow_up") or __import__(
-            "callgate.sdk", fromlist=["_ToolInfo"]
-        )._ToolInfo(
+        client.tools["create_follow_up"] = client.tools.get("create_follow_up") or ToolInfo(
             retry=RetryPolicy(initial_interval=1, backoff_coefficient=3, maximum_interval=2)
         )
         failure = ToolFailure("Service Unavailable", sent=True, http_status=503)
@@ -771,7 +602,8 @@ class BufferTests(SdkTestCase):
         assert set(fake.events) == {e["event_id"] for e in events}
         assert fake.event_posts == 3  # batches of 2, 2, 1
         assert len(client2.buffer) == 0
-        assert (self.tmp / "events.jsonl").read_text() == ""
+        client2.close()
+        assert len(EventBuffer(self.tmp)) == 0  # the file on disk is empty too
 
     def test_it_re_sends_safely_when_the_answer_was_lost(self):
         fake = FakeCallgate()
@@ -806,7 +638,7 @@ class BufferTests(SdkTestCase):
         fake.reject_ids.add(bad["event_id"])
         client.report(good)
         client.report(bad)
-        with self.assertLogs("callgate.sdk", logging.ERROR) as logs:
+        with self.assertLogs("callgate_sdk", logging.ERROR) as logs:
             assert client.flush() == 1
         assert len(client.buffer) == 0
         assert bad["event_id"] in "\n".join(logs.output)
@@ -824,7 +656,7 @@ class BufferTests(SdkTestCase):
     def test_it_drops_the_oldest_events_with_a_warning_when_full(self):
         buffer = EventBuffer(self.tmp, max_bytes=400)
         events = [{"event_id": f"e{i}", "pad": "x" * 80} for i in range(8)]
-        with self.assertLogs("callgate.sdk", logging.WARNING) as logs:
+        with self.assertLogs("callgate_sdk", logging.WARNING) as logs:
             for event in events:
                 buffer.append([event])
         kept = [e["event_id"] for e in buffer.peek(100)]
@@ -870,7 +702,9 @@ class FailOpenTests(SdkTestCase):
         execute = Recorder({"id": "F-1"})
         result = client.run("openai", OPENAI_CALL, execute, request_id="req-9")
         assert result.status == "succeeded" and result.answer is None
-        op = derive_operation_id("req-9", "create_follow_up", {"ticket_id": "T-1"})
+        op = derive_operation_id(
+            request_id="req-9", tool="create_follow_up", arguments={"ticket_id": "T-1"}
+        )
         assert execute.calls == [({"ticket_id": "T-1"}, op)]
         buffered = client.buffer.peek(10)
         assert [e["type"] for e in buffered] == ["proposed", "attempt"]
