@@ -9,6 +9,7 @@ from django.db.models import Count, F, Prefetch, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from callgate import metrics
 from callgate.models import (
     Agent,
     AgentTool,
@@ -21,42 +22,12 @@ from callgate.models import (
 )
 from callgate.taxonomy import Category
 
-
-def project_overview(*, project: Project) -> dict:
-    """Counts of the last 24 hours: calls, calls per category, calls waiting for someone."""
-    since = timezone.now() - timedelta(hours=24)
-    calls = ToolCall.objects.filter(project=project, created_at__gte=since)
-    totals = calls.aggregate(
-        total=Count("id"),
-        failed=Count("id", filter=~Q(category__in=[Category.OK, Category.EMPTY_RESULT, ""])),
-    )
-    by_category = {
-        row["category"]: row["n"] for row in calls.values("category").annotate(n=Count("id"))
-    }
-    from reviews.selectors import open_item_count
-
-    return {
-        "open_reviews": open_item_count(project=project),
-        "since": since,
-        "total": totals["total"],
-        "failed": totals["failed"],
-        "by_category": [(c, by_category.get(c.value, 0)) for c in Category],
-        "agents": project.agents.count(),
-        "contracts": project.contracts.values("name").distinct().count(),
-    }
-
-
 # --- calls list -------------------------------------------------------------------------
 
 #: rows per page of the calls list
 CALLS_PAGE_SIZE = 50
-#: the time-range presets of the filter bar: value -> length
-TIME_PRESETS = {
-    "1h": timedelta(hours=1),
-    "24h": timedelta(hours=24),
-    "7d": timedelta(days=7),
-    "30d": timedelta(days=30),
-}
+#: the time-range presets of the filter bar: value -> length (see ``metrics.window``)
+TIME_PRESETS = metrics.WINDOWS
 
 
 @dataclass(frozen=True)
@@ -131,7 +102,13 @@ def calls_filtered(
     }
     for name, lookup in lookups.items():
         value = getattr(filters, name)
-        if name not in ignore and value not in ("", None):
+        if name in ignore or value in ("", None):
+            continue
+        if name == "category":  # a slug or one of metrics.CATEGORY_SETS
+            qs = qs.filter(metrics.category_q(value))
+        elif name == "tool":
+            qs = qs.filter(metrics.tool_q(value))
+        else:
             qs = qs.filter(**{lookup: value})
     return qs
 

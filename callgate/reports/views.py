@@ -20,6 +20,7 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, path, reverse
 from django.views.decorators.http import require_GET
 
+from callgate import metrics
 from callgate.access import Role, project_view
 from callgate.models import Agent, CallRollup, ToolContract
 from callgate.reports import selectors as reports
@@ -159,7 +160,9 @@ def period_label(since: str, granularity: str) -> str:
 
 class Links:
     """Builds drill-down links to the calls list: the report's tool/agent filter plus the
-    cell's own (since/until/reason/category/route/tool/agent)."""
+    cell's own (since/until/reason/category/route/tool/agent). A blank category or tool
+    becomes the calls list's "Unclassified" / "(no tool name)" filter (``callgate.metrics``),
+    so the list shows exactly the calls counted."""
 
     def __init__(self, project_slug: str, f: ReportFilters):
         try:
@@ -178,6 +181,10 @@ class Links:
         if self.f.agent_id is not None:
             params["agent"] = str(self.f.agent_id)
         for key, value in extra.items():
+            if key == "category" and value == metrics.UNCLASSIFIED:
+                value = "none"  # the calls list's name for "no category yet"
+            elif key == "tool" and value == "":
+                value = metrics.NO_TOOL
             if value is not None:
                 params[key] = str(value)
         return f"{self.base}?{urlencode(params)}"
@@ -247,12 +254,13 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
         [{"label": "Calls", "color": "neutral", "data": [r["calls"] for r in routes["rows"]]}],
     )
     totals = {s["category"]: s["total"] for s in data["series"]}
-    not_ok = sum(n for c, n in totals.items() if c not in reports.GOOD_CATEGORIES)
+    not_ok = data["not_ok"]
     tiles = [
         {"label": plural(data["total"], "call"), "value": f"{data['total']:,}", "href": link()},
         {
             "label": "not ok",
             "value": f"{not_ok:,}",
+            "href": link(category="not_ok"),
             "note": f"{not_ok / data['total'] * 100:.1f}%" if data["total"] else "",
         },
         {
@@ -284,24 +292,23 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
     ]
 
 
+def _reason_filter(row: dict) -> dict:
+    """The calls-list filter of a reasons row: its reason, or "Unclassified" for none."""
+    return {"reason": row["reason"]} if row["reason"] else {"category": metrics.UNCLASSIFIED}
+
+
 def cards_reasons(project, f: ReportFilters, link: Links) -> list[dict]:
     data = reports.report_reasons(project=project, f=f)
     prev = data["previous"]
     rows = [
         [
-            text(
-                r["reason"] or "—",
-                link(reason=r["reason"]) if r["reason"] else None,
-                badge=r["category"] or None,
-            ),
+            text(r["reason"] or "—", link(**_reason_filter(r)), badge=r["category"] or None),
             text(CATEGORY_LABEL.get(r["category"], "—"), nowrap=True),
-            num(r["calls"], link(reason=r["reason"]) if r["reason"] else None),
+            num(r["calls"], link(**_reason_filter(r))),
             pct(r["share"]),
             num(
                 r["previous_calls"],
-                link(since=prev["since"], until=prev["until"], reason=r["reason"])
-                if r["reason"]
-                else None,
+                link(since=prev["since"], until=prev["until"], **_reason_filter(r)),
             ),
             signed(
                 r["change"], r["change_ratio"], bad=r["category"] not in reports.GOOD_CATEGORIES
@@ -386,7 +393,7 @@ def _by_group_card(
             [
                 key_cell(r),
                 num(r["calls"], link(**extra)),
-                num(r["not_ok"]),
+                num(r["not_ok"], link(category="not_ok", **extra)),
                 pct(r["not_ok_share"]),
                 num(r["attempts"]),
                 num(r["duplicates_suppressed"]),
@@ -423,10 +430,8 @@ def cards_tools(project, f: ReportFilters, link: Links) -> list[dict]:
         "tools",
         "Tool",
         data,
-        lambda r: text(
-            r["tool"] or "(no tool name)", link(tool=r["tool"]) if r["tool"] else None, mono=True
-        ),
-        lambda r: {"tool": r["tool"]} if r["tool"] else {},
+        lambda r: text(r["tool"] or "(no tool name)", link(tool=r["tool"]), mono=r["tool"] != ""),
+        lambda r: {"tool": r["tool"]},
         link,
     )
     quality = reports.report_contracts(project=project, f=f)
@@ -436,10 +441,10 @@ def cards_tools(project, f: ReportFilters, link: Links) -> list[dict]:
             text(f"v{r['version']}"),
             num(r["lint_score"]),
             num(r["lint_findings"]),
-            num(r["calls"], link(tool=r["tool"])),
-            num(r["argument_errors"], link(tool=r["tool"], category="argument_error")),
+            num(r["calls"]),
+            num(r["argument_errors"]),
             pct(r["argument_error_rate"]),
-            num(r["hallucinations"], link(tool=r["tool"], category="hallucination")),
+            num(r["hallucinations"]),
             pct(r["hallucination_rate"]),
         ]
         for r in quality["rows"]
@@ -480,7 +485,8 @@ def cards_tools(project, f: ReportFilters, link: Links) -> list[dict]:
             },
         ],
     )
-    note = "Call links of a version show every version of the tool (the calls list filters by tool name)."
+    # no drill-down on a version's numbers: the calls list filters by tool name, not version
+    note = "Counts per contract version; the tool name lists the calls of every version."
     return [
         card,
         {
@@ -586,13 +592,16 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
             [
                 text(
                     r["reason"] or "—",
-                    link(reason=r["reason"]) if r["reason"] else None,
+                    link(category="unknown_ever", reason=r["reason"]) if r["reason"] else None,
                     badge=r["category"] or None,
                 ),
                 num(r["by_reconciliation"]),
                 num(r["by_human"]),
                 num(r["open"]),
-                num(r["calls"], link(reason=r["reason"]) if r["reason"] else None),
+                num(
+                    r["calls"],
+                    link(category="unknown_ever", reason=r["reason"]) if r["reason"] else None,
+                ),
             ]
             for r in unknown["rows"]
         ],
@@ -601,7 +610,7 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
             num(unknown["by_reconciliation"]),
             num(unknown["by_human"]),
             num(unknown["open"]),
-            num(unknown["total"]),
+            num(unknown["total"], link(category="unknown_ever")),
         ],
     )
     uc = chart(
@@ -631,13 +640,9 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
         ],
         [
             [
-                text(
-                    r["tool"] or "(no tool name)",
-                    link(tool=r["tool"]) if r["tool"] else None,
-                    mono=True,
-                ),
+                text(r["tool"] or "(no tool name)", link(tool=r["tool"]), mono=r["tool"] != ""),
                 num(r["prevented"]),
-                num(r["calls"], link(tool=r["tool"] or None, reason="duplicate_suppressed")),
+                num(r["calls"], link(tool=r["tool"], reason="duplicate_suppressed")),
             ]
             for r in dups["rows"]
         ],
@@ -940,9 +945,6 @@ def _sections(project, params: dict) -> list[dict]:
 def _presets(request: HttpRequest, params: dict) -> list[dict]:
     from datetime import timedelta
 
-    from django.utils import timezone
-
-    until = reports._hour_ceil(timezone.now())
     out = []
     for label, delta, gran in (
         ("24 h", timedelta(hours=24), "hour"),
@@ -950,8 +952,9 @@ def _presets(request: HttpRequest, params: dict) -> list[dict]:
         ("30 days", timedelta(days=30), "day"),
         ("90 days", timedelta(days=90), "week"),
     ):
+        since, until = metrics.window(delta)
         query = {k: v for k, v in params.items() if k in ("tool", "agent")}
-        query.update({"since": iso(until - delta), "until": iso(until), "granularity": gran})
+        query.update({"since": iso(since), "until": iso(until), "granularity": gran})
         out.append(
             {
                 "label": label,

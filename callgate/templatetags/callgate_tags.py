@@ -4,6 +4,7 @@ short operation IDs with a copy button, and links to pages that may not be insta
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from typing import Any
 
 from django import template
@@ -182,3 +183,20 @@ def code_spans(text: str) -> SafeString:
     if len(parts) % 2 == 0:  # an unpaired backtick: leave the text as it is
         return escape(str(text))
     return mark_safe("".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)))
+
+
+@register.simple_tag
+def moment(value, relative: bool = False) -> SafeString:
+    """A ``<time>`` that ``callgate.js`` shows in the browser's time zone, 24-hour ("07:54",
+    with the date on another day), or with ``relative`` as "4 min ago"; the UTC time is the
+    text until the script runs and the tooltip after (shared/UI.md: one time format)."""
+    if not value:
+        return mark_safe("—")
+    utc = value.astimezone(UTC)
+    return format_html(
+        '<time datetime="{}" {} title="{}">{}</time>',
+        utc.isoformat(),
+        mark_safe("data-relative" if relative else "data-local"),
+        utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        utc.strftime("%Y-%m-%d %H:%M UTC"),
+    )

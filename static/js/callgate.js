@@ -96,7 +96,7 @@
   // <time datetime="…" data-local>: the local clock time today ("07:54:59"), with the date
   // on any other day ("29 Nov, 07:54:59"; the year too when it is not this year), so a
   // timeline spanning midnight reads in order. The exact UTC time is on hover.
-  const clock = { hour: "2-digit", minute: "2-digit", second: "2-digit" };
+  const clock = { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" };
   function localTime(date) {
     const now = new Date();
     if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString([], clock);
