@@ -37,45 +37,47 @@ class Category(models.TextChoices):
 
 
 class Reason(models.TextChoices):
-    OK = "ok"
-    EMPTY_RESULT = "empty_result"
-    MALFORMED_CALL = "malformed_call"
-    INVALID_JSON = "invalid_json"
-    MISSING_REQUIRED = "missing_required"
-    TYPE_MISMATCH = "type_mismatch"
-    ENUM_VIOLATION = "enum_violation"
-    CONSTRAINT_VIOLATION = "constraint_violation"
-    DUPLICATE_CALL_ID = "duplicate_call_id"  # v2
-    MISSING_CALL_ID = "missing_call_id"  # v2
-    UNKNOWN_TOOL = "unknown_tool"
-    UNKNOWN_ARGUMENT = "unknown_argument"
-    REFERENCE_NOT_FOUND = "reference_not_found"
-    PERMISSION_DENIED = "permission_denied"
-    NOT_FOUND_OR_FORBIDDEN = "not_found_or_forbidden"  # v2
-    AUTHENTICATION_FAILED = "authentication_failed"
-    RATE_LIMITED = "rate_limited"
-    UNAVAILABLE = "unavailable"
-    CIRCUIT_OPEN = "circuit_open"
-    READ_FAILURE = "read_failure"
-    OUTCOME_UNKNOWN = "outcome_unknown"
-    NOT_RECONCILABLE = "not_reconcilable"
-    TOOL_ERROR = "tool_error"
-    PARTIAL_FAILURE = "partial_failure"  # v2
-    CONTRACT_DRIFT = "contract_drift"  # v2
-    CONFLICT = "conflict"
-    DUPLICATE_SUPPRESSED = "duplicate_suppressed"
-    DUPLICATE_IN_FLIGHT = "duplicate_in_flight"  # v2
-    IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
-    RETRY_EXHAUSTED = "retry_exhausted"
-    REASK_EXHAUSTED = "reask_exhausted"
-    LOOP_DETECTED = "loop_detected"  # v2
-    RECONCILED_APPLIED = "reconciled_applied"
-    RECONCILED_ABSENT = "reconciled_absent"
-    RECONCILE_MISMATCH = "reconcile_mismatch"
-    APPROVAL_PENDING = "approval_pending"
-    APPROVAL_GRANTED = "approval_granted"  # v2
-    APPROVAL_REJECTED = "approval_rejected"
-    APPROVAL_EXPIRED = "approval_expired"
+    """The reason slugs with the labels people read (shared/UI.md: words for people)."""
+
+    OK = "ok", "OK"
+    EMPTY_RESULT = "empty_result", "Empty result"
+    MALFORMED_CALL = "malformed_call", "Malformed call"
+    INVALID_JSON = "invalid_json", "Invalid JSON arguments"
+    MISSING_REQUIRED = "missing_required", "Missing required argument"
+    TYPE_MISMATCH = "type_mismatch", "Wrong argument type"
+    ENUM_VIOLATION = "enum_violation", "Value not allowed"
+    CONSTRAINT_VIOLATION = "constraint_violation", "Argument out of bounds"
+    DUPLICATE_CALL_ID = "duplicate_call_id", "Duplicate call ID"  # v2
+    MISSING_CALL_ID = "missing_call_id", "Missing call ID"  # v2
+    UNKNOWN_TOOL = "unknown_tool", "Unknown tool"
+    UNKNOWN_ARGUMENT = "unknown_argument", "Unknown argument"
+    REFERENCE_NOT_FOUND = "reference_not_found", "Reference not found"
+    PERMISSION_DENIED = "permission_denied", "Permission denied"
+    NOT_FOUND_OR_FORBIDDEN = "not_found_or_forbidden", "Not found or forbidden"  # v2
+    AUTHENTICATION_FAILED = "authentication_failed", "Authentication failed"
+    RATE_LIMITED = "rate_limited", "Rate limited"
+    UNAVAILABLE = "unavailable", "Target unavailable"
+    CIRCUIT_OPEN = "circuit_open", "Circuit open"
+    READ_FAILURE = "read_failure", "Read failed"
+    OUTCOME_UNKNOWN = "outcome_unknown", "Outcome unknown"
+    NOT_RECONCILABLE = "not_reconcilable", "Outcome unknown, no look-up"
+    TOOL_ERROR = "tool_error", "Tool error"
+    PARTIAL_FAILURE = "partial_failure", "Partly failed"  # v2
+    CONTRACT_DRIFT = "contract_drift", "Contract drift"  # v2
+    CONFLICT = "conflict", "Conflict"
+    DUPLICATE_SUPPRESSED = "duplicate_suppressed", "Duplicate answered with receipt"
+    DUPLICATE_IN_FLIGHT = "duplicate_in_flight", "Duplicate while in flight"  # v2
+    IDEMPOTENCY_MISMATCH = "idempotency_mismatch", "Operation ID reused with other arguments"
+    RETRY_EXHAUSTED = "retry_exhausted", "Retries exhausted"
+    REASK_EXHAUSTED = "reask_exhausted", "Re-asks exhausted"
+    LOOP_DETECTED = "loop_detected", "Loop detected"  # v2
+    RECONCILED_APPLIED = "reconciled_applied", "Reconciled: it happened"
+    RECONCILED_ABSENT = "reconciled_absent", "Reconciled: it did not happen"
+    RECONCILE_MISMATCH = "reconcile_mismatch", "Reconciled: different arguments"
+    APPROVAL_PENDING = "approval_pending", "Waiting for approval"
+    APPROVAL_GRANTED = "approval_granted", "Approved"  # v2
+    APPROVAL_REJECTED = "approval_rejected", "Approval rejected"
+    APPROVAL_EXPIRED = "approval_expired", "Approval expired"
 
 
 R, C, T = Reason, Category, Route

@@ -248,7 +248,7 @@ def calls(request: HttpRequest) -> HttpResponse:
             "category_label": metrics.CATEGORY_SETS.get(filters.category)
             or (Category(filters.category).label if filters.category else ""),
             "choices": choices,
-            "reasons": Reason.values,
+            "reasons": Reason.choices,
             "routes": Route.choices,
             "states": ToolCall.State.choices,
             "presets": list(TIME_PRESETS),

@@ -23,7 +23,7 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
-from callgate import metrics
+from callgate import labels, metrics
 from callgate.models import Agent, CallRollup, Project, ToolCall, ToolContract
 from callgate.reports.rollups import hour_floor
 from callgate.taxonomy import TABLE, Category, Reason, Route
@@ -46,7 +46,6 @@ OPEN_STATES = (
     ToolCall.State.IN_REVIEW,
 )
 CATEGORY_ORDER = [c.value for c in Category]
-CATEGORY_LABEL = {c.value: c.label for c in Category}
 REASON_ORDER = [r.value for r in Reason]
 
 
@@ -298,7 +297,7 @@ def report_categories(*, project: Project, f: ReportFilters) -> dict:
     series = [
         {
             "category": c,
-            "label": CATEGORY_LABEL.get(c, "Unclassified"),
+            "label": labels.label(c, "category"),
             "counts": counts[c],
             "total": sum(counts[c]),
         }
@@ -433,10 +432,9 @@ def report_routes(*, project: Project, f: ReportFilters) -> dict:
         .order_by()
     )
     total = sum(counts.values())
-    labels = {r.value: r.label for r in Route}
     order = [r.value for r in Route]
     rows = [
-        {"route": r, "label": labels.get(r, "None yet"), "calls": n, "share": _share(n, total)}
+        {"route": r, "label": labels.label(r, "route"), "calls": n, "share": _share(n, total)}
         for r, n in sorted(
             counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
         )

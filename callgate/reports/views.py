@@ -20,12 +20,12 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, path, reverse
 from django.views.decorators.http import require_GET
 
-from callgate import metrics
+from callgate import labels, metrics
 from callgate.access import Role, project_view
 from callgate.models import Agent, CallRollup, ToolContract
 from callgate.reports import selectors as reports
 from callgate.reports.rollups import rollups_as_of
-from callgate.reports.selectors import CATEGORY_LABEL, ReportFilterError, ReportFilters, iso
+from callgate.reports.selectors import ReportFilterError, ReportFilters, iso
 
 #: (key, label, url name) of the reports' sub-navigation
 SECTIONS = [
@@ -65,9 +65,13 @@ def text(
     badge: str | None = None,
     mono: bool = False,
     nowrap: bool = False,
+    label: str | None = None,
 ) -> dict:
+    """A text cell: ``value`` goes to CSV; the page shows ``label`` when given (a human
+    label, ``callgate.labels``) with ``value`` in its tooltip, else ``value``."""
     return {
-        "text": str(value),
+        "text": str(value) if label is None else label,
+        "title": str(value) if label is not None and value else None,
         "value": value,
         "href": href,
         "badge": badge,
@@ -195,13 +199,13 @@ class Links:
 
 def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
     data = reports.report_categories(project=project, f=f)
-    labels = [period_label(p["since"], f.granularity) for p in data["periods"]]
+    period_labels = [period_label(p["since"], f.granularity) for p in data["periods"]]
     columns = (
         [("Period (UTC)", False)] + [(s["label"], True) for s in data["series"]] + [("Total", True)]
     )
     rows = []
     for i, p in enumerate(data["periods"]):
-        row = [text(labels[i], mono=False)]
+        row = [text(period_labels[i], mono=False)]
         for s in data["series"]:
             row.append(
                 num(
@@ -220,7 +224,7 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
         "chart-categories",
         "stacked",
         f"Stacked bar chart of calls per category per {f.granularity}; the table below has the numbers.",
-        labels,
+        period_labels,
         [
             {"label": s["label"], "color": s["category"] or "neutral", "data": s["counts"]}
             for s in data["series"]
@@ -235,9 +239,9 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
         [
             [
                 text(
-                    r["label"] if r["route"] else "—",
+                    r["route"],
                     link(route=r["route"]) if r["route"] else None,
-                    mono=False,
+                    label=labels.label(r["route"], "route"),
                 ),
                 num(r["calls"], link(route=r["route"]) if r["route"] else None),
                 pct(r["share"]),
@@ -302,8 +306,13 @@ def cards_reasons(project, f: ReportFilters, link: Links) -> list[dict]:
     prev = data["previous"]
     rows = [
         [
-            text(r["reason"] or "—", link(**_reason_filter(r)), badge=r["category"] or None),
-            text(CATEGORY_LABEL.get(r["category"], "—"), nowrap=True),
+            text(
+                r["reason"],
+                link(**_reason_filter(r)),
+                badge=r["category"] or "none",
+                label=labels.label(r["reason"], "reason"),
+            ),
+            text(r["category"], label=labels.label(r["category"], "category"), nowrap=True),
             num(r["calls"], link(**_reason_filter(r))),
             pct(r["share"]),
             num(
@@ -347,7 +356,7 @@ def cards_reasons(project, f: ReportFilters, link: Links) -> list[dict]:
         "chart-reasons",
         "hbar",
         "Bar chart of the 15 most frequent reasons; the table has every reason.",
-        [r["reason"] or "—" for r in top],
+        [labels.label(r["reason"], "reason") for r in top],
         [
             {
                 "label": "Calls",
@@ -385,7 +394,7 @@ def _by_group_card(
         ("Not-ok share", True),
         ("Attempts", True),
         ("Duplicates prevented", True),
-    ] + [(CATEGORY_LABEL.get(c, "Unclassified"), True) for c in cats]
+    ] + [(labels.label(c, "category"), True) for c in cats]
     rows = []
     for r in data["rows"]:
         extra = filter_of(r)
@@ -408,7 +417,7 @@ def _by_group_card(
         [key_cell(r)["text"] for r in top],
         [
             {
-                "label": CATEGORY_LABEL.get(cat, "Unclassified"),
+                "label": labels.label(cat, "category"),
                 "color": cat or "neutral",
                 "data": [r["by_category"].get(cat, 0) for r in top],
             }
@@ -591,9 +600,10 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
         [
             [
                 text(
-                    r["reason"] or "—",
+                    r["reason"],
                     link(category="unknown_ever", reason=r["reason"]) if r["reason"] else None,
-                    badge=r["category"] or None,
+                    badge=r["category"] or "none",
+                    label=labels.label(r["reason"], "reason"),
                 ),
                 num(r["by_reconciliation"]),
                 num(r["by_human"]),
@@ -636,7 +646,7 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
         [
             ("Tool", False),
             ("Repeats answered with the receipt", True),
-            ("Calls ending duplicate_suppressed", True),
+            ("Calls ending “Duplicate answered with receipt”", True),
         ],
         [
             [
@@ -764,7 +774,7 @@ def cards_review(project, f: ReportFilters, link: Links) -> list[dict]:
         [("Decision", False), ("Items", True), ("Share", True)],
         [
             [
-                text(d["resolution"].replace("_", " ")),
+                text(d["resolution"], label=labels.label(d["resolution"], "decision")),
                 num(d["items"]),
                 pct(reports._share(d["items"], data["decided"])),
             ]
@@ -776,7 +786,7 @@ def cards_review(project, f: ReportFilters, link: Links) -> list[dict]:
         "chart-review-decisions",
         "hbar",
         "Bar chart of review decisions by type; the table beside it has the numbers.",
-        [d["resolution"].replace("_", " ") for d in data["decisions"]],
+        [labels.label(d["resolution"], "decision") for d in data["decisions"]],
         [{"label": "Items", "color": "neutral", "data": [d["items"] for d in data["decisions"]]}],
     )
     tiles = [

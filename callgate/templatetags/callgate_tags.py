@@ -12,7 +12,8 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from callgate.taxonomy import Category, Reason, category_of
+from callgate import labels
+from callgate.taxonomy import Reason, category_of
 from callgate.wire import REDACTED  # what ingest stores in place of a sensitive value
 
 register = template.Library()
@@ -67,13 +68,36 @@ def has_redactions(value: Any) -> bool:
 
 @register.inclusion_tag("callgate/_badge.html")
 def badge(reason: str = "", category: str = "") -> dict:
-    """The category-coloured badge with the reason as its text. The category is derived
-    from the reason when not given; no reason shows the category's label (or "pending")."""
+    """The category-coloured badge with the reason's label as its text and the slugs in
+    the tooltip. The category is derived from the reason when not given; no reason shows
+    the category's label (or "Not classified yet")."""
     if reason and not category and reason in Reason.values:
         category = category_of(reason).value
-    label = reason or (Category(category).label if category in Category.values else "pending")
-    title = Category(category).label if category in Category.values else "No classification yet"
-    return {"category": category or "none", "label": label, "title": title}
+    text = labels.label(reason, "reason") if reason else labels.label(category, "category")
+    if not reason and not category:
+        text = labels.label("", "reason")
+    title = " · ".join(
+        part for part in (reason, labels.label(category, "category") if category else "") if part
+    )
+    return {
+        "category": category or "none",
+        "label": text,
+        "title": title or "no classification yet",
+    }
+
+
+@register.filter
+def label(value: str, kind: str) -> str:
+    """``{{ call.state|label:"state" }}``: the human label of a slug (``callgate.labels``)."""
+    return labels.label(value, kind)
+
+
+@register.simple_tag
+def labelled(value: str, kind: str) -> SafeString:
+    """The human label of a slug in a ``<span>`` with the slug as its tooltip."""
+    if not value:
+        return format_html("{}", labels.label(value, kind))
+    return format_html('<span title="{}">{}</span>', value, labels.label(value, kind))
 
 
 #: two overlapping sheets: the copy icon (no icon font needed)

@@ -203,7 +203,7 @@ class NumbersAgreeTests(BaseTestCase):
         api = self.api().get("/api/v1/reports/routes", self.window_params()).json()
         assert {r["route"]: r["calls"] for r in api["rows"]}["deny"] == direct
         routes = self.report_csv("/p/acme/reports/", "routes")
-        assert dict((r[0], r[1]) for r in routes[1:])["Deny"] == str(direct)
+        assert dict((r[0], r[1]) for r in routes[1:])["deny"] == str(direct)
         assert self.listed(page[1]) == direct
 
     def test_every_category_of_the_overview_drills_down_exactly(self):

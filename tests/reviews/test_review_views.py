@@ -150,13 +150,20 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         ToolCall.objects.filter(pk=approval.call_id).update(category="")
         self.login(self.alice)
         body = self.client.get(self.queue_url()).content.decode()
-        assert '<span class="badge cat-unknown_outcome">not_reconcilable</span>' in body
-        assert '<span class="badge cat-approval">approval_pending</span>' in body
+        # the human label shows, the slug is in the tooltip
+        assert (
+            '<span class="badge cat-unknown_outcome" title="not_reconcilable · Unknown outcome">'
+            "Outcome unknown, no look-up</span>" in body
+        )
+        assert (
+            '<span class="badge cat-approval" title="approval_pending · Approval">'
+            "Waiting for approval</span>" in body
+        )
         assert "cat-reconciliation" not in body
         page = self.client.get(self.item_url(item)).content.decode()
         assert (
-            'class="badge cat-reconciliation" title="current reason of the call">reconciled_absent</span>'
-            in page
+            'class="badge cat-reconciliation" title="reconciled_absent · Reconciliation">'
+            "Reconciled: it did not happen</span>" in page
         )
 
     def test_it_says_when_the_queue_is_empty(self):
