@@ -21,6 +21,7 @@ from callgate import metrics, selectors
 from callgate.access import Role, project_view, user_projects
 from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, ToolCall
+from callgate.reports import overview as overview_selectors
 from callgate.reports.overview import project_overview
 from callgate.reports.views import Links
 from callgate.selectors import TIME_PRESETS, CallFilters, Cursor
@@ -43,10 +44,16 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_GET
 @project_view()
 def overview(request: HttpRequest) -> HttpResponse:
-    """The project's front page: counts of the last 24 hours (the reports' numbers, each
-    linking to exactly its calls) and where to go next."""
-    stats = project_overview(project=request.project)
-    link = Links(request.project.slug, stats["filters"])
+    """The project's front page, "what needs me now": counts of the last 24 hours (the
+    reports' numbers, each linking to exactly its calls), per category a 7-day sparkline
+    with the change against the 7 days before, the reasons new or rising fastest, the
+    oldest open review item, approvals about to expire and the inbox lag."""
+    project = request.project
+    stats = project_overview(project=project)
+    link = Links(project.slug, stats["filters"])
+    trends = overview_selectors.category_trends(project=project)
+    trend_link = Links(project.slug, trends["filters"])
+    rising = overview_selectors.rising_reasons(project=project)
     return render(
         request,
         "callgate/overview.html",
@@ -63,6 +70,12 @@ def overview(request: HttpRequest) -> HttpResponse:
                     for c, n in stats["by_category"]
                 ],
             },
+            "trends": [
+                {**row, "href": trend_link(category=row["category"])} for row in trends["rows"]
+            ],
+            "trend_filters": trends["filters"],
+            "rising": [{**row, "href": trend_link(reason=row["reason"])} for row in rising],
+            "attention": overview_selectors.attention(project=project),
         },
     )
 

@@ -224,3 +224,43 @@ def moment(value, relative: bool = False) -> SafeString:
         utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
         utc.strftime("%Y-%m-%d %H:%M UTC"),
     )
+
+
+@register.simple_tag
+def sparkline(counts: list[int], category: str = "", label: str = "") -> SafeString:
+    """A small inline SVG line of ``counts`` (one point per period), coloured by the
+    category's CSS variable; ``label`` is its accessible name (the numbers themselves are
+    beside it in text)."""
+    width, height = 84, 22
+    if not counts:
+        return mark_safe("")
+    top = max(max(counts), 1)
+    step = width / max(len(counts) - 1, 1)
+    points = " ".join(
+        f"{i * step:.1f},{height - 2 - (n / top) * (height - 4):.1f}" for i, n in enumerate(counts)
+    )
+    return format_html(
+        '<svg class="spark cat-line-{}" viewBox="0 0 {} {}" width="{}" height="{}" role="img" '
+        'aria-label="{}"><polyline points="{}"/></svg>',
+        category or "none",
+        width,
+        height,
+        width,
+        height,
+        label,
+        points,
+    )
+
+
+@register.filter
+def age(seconds: float | None) -> str:
+    """A duration in seconds as "42 s", "12 min", "3.5 h", "2.1 d"."""
+    if seconds is None:
+        return "—"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
