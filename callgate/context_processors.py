@@ -14,6 +14,7 @@ NAV = [
     ("reports", "Reports", "callgate:reports"),
     ("contracts", "Contracts", "callgate:contracts"),
     ("agents", "Agents", "callgate:agents"),
+    ("alerts", "Alerts", "alerts:rules"),
 ]
 
 

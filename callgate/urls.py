@@ -40,6 +40,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("p/<slug:project>/", include((project_patterns, "callgate"))),
     path("p/<slug:project>/review/", include("reviews.urls")),
+    path("p/<slug:project>/alerts/", include("alerts.urls")),
 ]
 
 if settings.CALLGATE_DEMO:  # the demo's target system (demo.simulator)

@@ -126,6 +126,12 @@ class Command(BaseCommand):
             progress=progress,
         )
         self.stdout.write("")
+        from demo.sink import demo_alert_rules
+
+        rules = demo_alert_rules(project=setup.project, public_url=public_url)
+        self.stdout.write(
+            f"alerts: {len(rules)} demo rules deliver to {public_url}/simulator/webhook-sink/"
+        )
         if not no_history:
             history = history_seed(project=setup.project, seed=seed, days=days)
             incidents = ", ".join(f"{k} {v:,}" for k, v in sorted(history.by_incident.items()))
