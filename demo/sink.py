@@ -93,6 +93,16 @@ def demo_alert_rules(*, project, public_url: str) -> list:
             emails="oncall@example.com",
         ),
         dict(
+            name="Unknown outcomes in the last 24 h",
+            metric=AlertRule.Metric.CATEGORY_COUNT,
+            target="unknown_outcome",
+            window_minutes=24 * 60,
+            threshold=1,
+            clear_threshold=1,
+            webhook_url=sink,
+            webhook_format=AlertRule.WebhookFormat.SLACK,
+        ),
+        dict(
             name="Review item waiting over 30 min",
             metric=AlertRule.Metric.REVIEW_AGE,
             target="",
