@@ -7,8 +7,9 @@ hours, quiet nights), a weekly one (quiet weekends), slow growth, and three inci
 - **contract change**: ``book_meeting`` v2 adds a required ``timezone`` argument; the
   agents' argument errors spike for two days after the change, then settle as their prompts
   catch up (the contract-quality report shows v1 beside v2);
-- **upstream outage**: three hours in which the read tools' target is unavailable
-  (``unavailable``, ``circuit_open``, ``read_failure``, some ``retry_exhausted``);
+- **upstream outage**: three hours in which the read tools' target is unavailable: most
+  calls run out of retries (``retry_exhausted``), some succeed on a later attempt (a
+  transient failure older than an hour has ended one way or the other, as in life);
 - **retry storm**: an hour in which ``legacy-bot`` repeats ``create_follow_up`` in a loop;
   callgate answers the repeats with the stored receipt (``duplicate_suppressed``, with
   duplicates counted) and stops the loop (``loop_detected``, ``reask_exhausted``).
@@ -298,7 +299,7 @@ def history_seed(
 _STATE_OF_ROUTE = {
     Route.PROCEED: ToolCall.State.SUCCEEDED,
     Route.RETURN_RECEIPT: ToolCall.State.SUCCEEDED,
-    Route.RETRY: ToolCall.State.FAILED,  # the history's retries ran out long ago
+    Route.RETRY: ToolCall.State.RETRY_WAIT,
     Route.RECONCILE: ToolCall.State.FAILED,
     Route.REASK: ToolCall.State.FAILED,
     Route.DENY: ToolCall.State.REJECTED,
@@ -330,11 +331,20 @@ def _call(rng, project, agents, contracts, tool, at, incidents, result) -> ToolC
     if incident:
         result.by_incident[incident] = result.by_incident.get(incident, 0) + 1
     agent = agents[rng.choice(TOOLS[tool][1])]
-    attempts = 1
-    if category_of(reason) == Category.TRANSIENT or reason == "retry_exhausted":
-        attempts = contract.max_attempts if contract else 3
-    elif rng.random() < 0.06:
-        attempts = 2
+    max_attempts = contract.max_attempts if contract else 3
+    attempts = 2 if rng.random() < 0.06 else 1
+    if category_of(reason) == Category.TRANSIENT:
+        # a transient failure is retried: by now it succeeded on a later attempt, or its
+        # retries ran out; only the last hour's may still be waiting to retry
+        if at < timezone.now() - timedelta(hours=1):
+            if rng.random() < (0.35 if incident == "outage" else 0.8):
+                reason, attempts = "ok", rng.randint(2, max_attempts)
+            else:
+                reason, attempts = "retry_exhausted", max_attempts
+        else:
+            attempts = rng.randint(1, max_attempts - 1)
+    elif reason == "retry_exhausted":
+        attempts = max_attempts
     return _build(rng, project, agent, contract, tool, reason, at, attempts=attempts)
 
 
@@ -359,6 +369,8 @@ def _storm_call(rng, project, agents, contracts, at, result) -> ToolCall:
 def _build(rng, project, agent, contract, tool, reason, at, *, attempts) -> ToolCall:
     route = route_of(reason, idempotent=bool(contract and contract.idempotent))
     state = _STATE_OF_ROUTE[route]
+    if route == Route.RETRY:
+        state = ToolCall.State.RETRY_WAIT
     decision = ""
     decided_at = None
     if reason in DECISION_MIX:

@@ -47,7 +47,8 @@ class DemoHistoryTests(BaseTestCase):
             created_at__lt=incidents.outage[1],
             tool_name="get_weather",
         )
-        assert outage.filter(category="transient").count() > outage.count() / 2
+        assert outage.filter(reason="retry_exhausted").count() > outage.count() / 3
+        assert outage.filter(reason="ok", attempts__gte=2).exists()
         storm = calls.filter(created_at__gte=incidents.storm[0], created_at__lt=incidents.storm[1])
         assert storm.filter(reason="loop_detected").count() > 20
         assert sum(storm.values_list("duplicates_suppressed", flat=True)) > 500
