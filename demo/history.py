@@ -331,7 +331,7 @@ def _call(rng, project, agents, contracts, tool, at, incidents, result) -> ToolC
     if incident:
         result.by_incident[incident] = result.by_incident.get(incident, 0) + 1
     agent = agents[rng.choice(TOOLS[tool][1])]
-    max_attempts = contract.max_attempts if contract else 3
+    max_attempts = max(contract.max_attempts if contract else 3, 2)
     attempts = 2 if rng.random() < 0.06 else 1
     if category_of(reason) == Category.TRANSIENT:
         # a transient failure is retried: by now it succeeded on a later attempt, or its

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from callgate.models import CallRollup, ToolCall
+from callgate.models import CallRollup, ToolCall, ToolContract
 from callgate.reports.selectors import direct_counts
 from demo.history import HISTORY_PREFIX, Incidents, demo_reset, history_seed
 from tests.callgate.test_rollups import rollup_counts
@@ -18,6 +18,15 @@ from tests.factories import BaseTestCase
 class DemoHistoryTests(BaseTestCase):
     def test_it_seeds_weeks_of_rhythmic_traffic_with_incidents_and_resets(self):
         now = timezone.now()
+        # a contract allowing a single attempt (the demo's issue_payout has max_attempts=1)
+        ToolContract.objects.create(
+            project=self.project,
+            name="get_weather",
+            version=1,
+            parameters={},
+            digest="x",
+            max_attempts=1,
+        )
         result = history_seed(project=self.project, seed=3, days=14, now=now)
         calls = ToolCall.objects.filter(project=self.project)
         assert result.calls == calls.count() > 2000
