@@ -37,8 +37,8 @@ def alert_rule_value(rule: AlertRule, *, now: datetime | None = None) -> tuple[f
 
     Rates are shares 0..1 of the window's calls (None with fewer than ``min_calls``: too
     few to judge); counts are calls; ``review_age`` and ``inbox_lag`` are seconds (0 when
-    nothing waits). The window is ``metrics.window(window_minutes)``: whole UTC hours
-    ending at the end of the current hour, counted from the rollups."""
+    nothing waits). The window is ``metrics.window(window_minutes)``: the whole UTC
+    hours holding the last ``window_minutes`` (up to an hour more), counted from the rollups."""
     now = now or timezone.now()
     if rule.metric == AlertRule.Metric.REVIEW_AGE:
         from reviews.models import ReviewItem

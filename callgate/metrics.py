@@ -7,9 +7,9 @@ calls list the numbers link to, the CSV exports and the reports API all take the
 and sets from here, so a count means the same calls wherever it appears:
 
 - **Window.** "The last 24 hours" (or 7 days, …) is the whole UTC hours
-  ``[end of the current hour - length, end of the current hour)``: the rollups count by
+  ``[start of the hour 24 hours ago, end of the current hour)``: the rollups count by
   creation hour (``callgate.reports.rollups``), so only whole hours can be counted from them
-  and matched exactly by the calls list.
+  and matched exactly by the calls list (``metrics.window``).
 - **Not ok.** A call whose current category is neither ``ok`` nor ``empty_result`` and that
   has a category at all: a call still in flight (no classification yet) is not a failure.
 - **Unclassified.** A call with no category yet (in flight, or proposed and waiting).
@@ -74,11 +74,11 @@ def hour_ceil(moment: datetime) -> datetime:
 
 
 def window(length: timedelta, *, now: datetime | None = None) -> tuple[datetime, datetime]:
-    """``(since, until)`` of "the last ``length``": whole UTC hours ending at the end of the
-    current hour (``until`` exclusive). ``length`` is rounded up to whole hours."""
-    until = hour_ceil(now or timezone.now())
-    hours = max(1, -(-int(length.total_seconds()) // 3600))
-    return until - timedelta(hours=hours), until
+    """``(since, until)`` of "the last ``length``": the whole UTC hours from the one
+    ``length`` ago to the end of the current hour (``until`` exclusive), so the window holds
+    all of the last ``length`` and at most an hour more (on the hour: exactly ``length``)."""
+    now = now or timezone.now()
+    return hour_floor(now - length), hour_ceil(now)
 
 
 def category_q(value: str) -> Q:

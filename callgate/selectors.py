@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
-from django.utils import timezone
 
 from callgate import metrics
 from callgate.models import (
@@ -292,8 +291,9 @@ def agents_with_keys(*, project: Project) -> list[Agent]:
     """The project's agents with ``api_keys`` (newest first) and ``tools`` prefetched and
     ``calls_24h`` annotated; from the inbox, ``pending_events`` (received, not applied yet),
     ``refused_count`` and ``refused`` (the newest ``REFUSED_SHOWN`` events the rules refused
-    when applying them, kept until retention). Five queries."""
-    since = timezone.now() - timedelta(hours=24)
+    when applying them, kept until retention). Five queries. "24 hours" is the window of
+    ``metrics.window`` (whole hours), as on the overview and the calls list's ``since=24h``."""
+    since = metrics.window(TIME_PRESETS["24h"])[0]
     agents = list(
         Agent.objects.filter(project=project)
         .annotate(calls_24h=Count("calls", filter=Q(calls__created_at__gte=since)))

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from callgate.models import (
     Agent,
+    ApiKey,
     CallEvent,
     CallRollup,
     InboxEvent,
@@ -131,8 +132,8 @@ class Incidents:
 
 def demo_reset(*, project: Project) -> int:
     """Delete the project's calls and everything derived from them (events, review items,
-    rollups, inbox rows, re-ask budgets). Contracts, agents and keys stay. Returns the number
-    of calls removed."""
+    rollups, inbox rows, re-ask budgets) and the API keys earlier demo runs issued (named
+    "demo"). Contracts and agents stay. Returns the number of calls removed."""
     with transaction.atomic():
         n = ToolCall.objects.filter(project=project).count()
         CallEvent.objects.filter(project=project).delete()
@@ -143,6 +144,8 @@ def demo_reset(*, project: Project) -> int:
         CallRollup.objects.filter(project=project).delete()
         InboxEvent.objects.filter(project=project).delete()
         RequestBudget.objects.filter(project=project).delete()
+        # the keys earlier runs issued (each run prints fresh ones)
+        ApiKey.objects.filter(project=project, name="demo").delete()
     return n
 
 

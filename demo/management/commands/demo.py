@@ -114,7 +114,7 @@ class Command(BaseCommand):
         if earlier is not None:
             removed = demo_reset(project=earlier)
             self.stdout.write(
-                f"reset: removed the {removed:,} calls of an earlier demo run (users, agents "
+                f"reset: removed the {removed:,} calls and the API keys of an earlier demo run (users, agents "
                 "and contracts stay; the passwords below are new)"
             )
         setup, stats = demo_run(
