@@ -210,17 +210,20 @@ def code_spans(text: str) -> SafeString:
 
 
 @register.simple_tag
-def moment(value, relative: bool = False) -> SafeString:
+def moment(value, relative: bool = False, minutes: bool = False) -> SafeString:
     """A ``<time>`` that ``callgate.js`` shows in the browser's time zone, 24-hour ("07:54",
     with the date on another day), or with ``relative`` as "4 min ago"; the UTC time is the
-    text until the script runs and the tooltip after (shared/UI.md: one time format)."""
+    text until the script runs and the tooltip after (shared/UI.md: one time format).
+    ``minutes`` leaves the seconds out (window bounds, which fall on whole hours)."""
     if not value:
         return mark_safe("—")
     utc = value.astimezone(UTC)
     return format_html(
         '<time datetime="{}" {} title="{}">{}</time>',
         utc.isoformat(),
-        mark_safe("data-relative" if relative else "data-local"),
+        mark_safe(
+            "data-relative" if relative else ('data-local="minutes"' if minutes else "data-local")
+        ),
         utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
         utc.strftime("%Y-%m-%d %H:%M UTC"),
     )
