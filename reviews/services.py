@@ -652,6 +652,10 @@ def primary_action(item: ReviewItem, *, reconcile_why: str = "") -> tuple[str, s
     return "", ""
 
 
+#: Why the queue's one-key approve retry is off for an item whose observation rules it out.
+QUEUE_NO_RETRY = (
+    "The observation says not to retry: open it (Enter) to reject or decide with the details."
+)
 #: Why the queue's one-key approve of an approval request is off until the operator claimed it.
 QUEUE_APPROVE_NEEDS_CLAIM = (
     "Claim it first (c), or open it (Enter) to check the arguments: "
@@ -669,6 +673,8 @@ def queue_approve_action(item: ReviewItem, *, user=None) -> tuple[str, str]:
     if item.kind == ReviewItem.Kind.APPROVAL:
         mine = user is not None and item.lease_active() and item.assignee_id == user.pk
         return "approve", "" if mine else QUEUE_APPROVE_NEEDS_CLAIM
+    if NO_RETRY_WORDS in (item.call.observation or "").lower():
+        return "approve_retry", QUEUE_NO_RETRY
     return "approve_retry", approve_retry_guard(item.call, absent=getattr(item, "has_absent", None))
 
 

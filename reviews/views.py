@@ -419,6 +419,14 @@ def decide(request: HttpRequest, pk: int) -> HttpResponse:
     ):
         # the list's one-key approve acts only on an approval request the operator claimed
         return _answer(request, item, error=services.QUEUE_APPROVE_NEEDS_CLAIM, status=422)
+    if (
+        request.POST.get("from") == "queue"
+        and decision == "approve_retry"
+        and item.is_open
+        and services.queue_approve_action(item)[1] == services.QUEUE_NO_RETRY
+    ):
+        # nor does it retry what the observation says not to retry (the item page can)
+        return _answer(request, item, error=services.QUEUE_NO_RETRY, status=422)
     return _run(
         request,
         item,

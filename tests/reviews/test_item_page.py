@@ -134,3 +134,22 @@ class ItemPageTests(ReviewPageTestCase):
             self.item_url(item, "reviews:decide"), {"decision": "approve"}, **HTMX
         )
         assert response.status_code == 409 and "Reload" in response.content.decode()
+
+
+class QueueNoRetryTests(ReviewPageTestCase):
+    def test_the_queue_does_not_retry_what_the_observation_rules_out(self):
+        item = make_item(self.project, self.agent, reason="conflict")
+        ToolCall.objects.filter(pk=item.call_id).update(
+            observation="The object changed while the call ran. Do not retry; tell the user."
+        )
+        self.login(self.alice)
+        body = self.client.get(f"/p/{self.project.slug}/review/").content.decode()
+        button = body[body.index(f'id="item-{item.pk}"') :].split('data-key="a"', 1)[1]
+        assert "not to retry" in button.split(">", 1)[0]
+        response = self.client.post(
+            self.item_url(item, "reviews:decide"),
+            {"decision": "approve_retry", "from": "queue"},
+            **HTMX,
+        )
+        assert response.status_code == 422 and "not to retry" in response.content.decode()
+        assert ReviewItem.objects.get(pk=item.pk).is_open
