@@ -16,6 +16,7 @@ NAV = [
     ("contracts", "Contracts", "callgate:contracts"),
     ("agents", "Agents", "callgate:agents"),
     ("gateway", "MCP gateway", "mcp_gateway:gateway"),
+    ("alerts", "Alerts", "alerts:rules"),
 ]
 
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
-from django.utils import timezone
 
+from callgate import metrics
 from callgate.models import (
     Agent,
     AgentTool,
@@ -30,39 +30,12 @@ def open_review_count(*, project: Project) -> int:
     return ReviewItem.objects.filter(project=project, status__in=ReviewItem.OPEN_STATUSES).count()
 
 
-def project_overview(*, project: Project) -> dict:
-    """Counts of the last 24 hours: calls, calls per category, calls waiting for someone."""
-    since = timezone.now() - timedelta(hours=24)
-    calls = ToolCall.objects.filter(project=project, created_at__gte=since)
-    totals = calls.aggregate(
-        total=Count("id"),
-        failed=Count("id", filter=~Q(category__in=[Category.OK, Category.EMPTY_RESULT, ""])),
-    )
-    by_category = {
-        row["category"]: row["n"] for row in calls.values("category").annotate(n=Count("id"))
-    }
-    return {
-        "open_reviews": open_review_count(project=project),
-        "since": since,
-        "total": totals["total"],
-        "failed": totals["failed"],
-        "by_category": [(c, by_category.get(c.value, 0)) for c in Category],
-        "agents": project.agents.count(),
-        "contracts": project.contracts.values("name").distinct().count(),
-    }
-
-
 # --- calls list -------------------------------------------------------------------------
 
 #: rows per page of the calls list
 CALLS_PAGE_SIZE = 50
-#: the time-range presets of the filter bar: value -> length
-TIME_PRESETS = {
-    "1h": timedelta(hours=1),
-    "24h": timedelta(hours=24),
-    "7d": timedelta(days=7),
-    "30d": timedelta(days=30),
-}
+#: the time-range presets of the filter bar: value -> length (see ``metrics.window``)
+TIME_PRESETS = metrics.WINDOWS
 
 
 @dataclass(frozen=True)
@@ -155,7 +128,13 @@ def calls_filtered(
     }
     for name, lookup in lookups.items():
         value = getattr(filters, name)
-        if name not in ignore and value not in ("", None):
+        if name in ignore or value in ("", None):
+            continue
+        if name == "category":  # a slug or one of metrics.CATEGORY_SETS
+            qs = qs.filter(metrics.category_q(value))
+        elif name == "tool":
+            qs = qs.filter(metrics.tool_q(value))
+        else:
             qs = qs.filter(**{lookup: value})
     return qs
 
@@ -381,8 +360,9 @@ def agents_with_keys(*, project: Project) -> list[Agent]:
     """The project's agents with ``api_keys`` (newest first) and ``tools`` prefetched and
     ``calls_24h`` annotated; from the inbox, ``pending_events`` (received, not applied yet),
     ``refused_count`` and ``refused`` (the newest ``REFUSED_SHOWN`` events the rules refused
-    when applying them, kept until retention). Five queries."""
-    since = timezone.now() - timedelta(hours=24)
+    when applying them, kept until retention). Five queries. "24 hours" is the window of
+    ``metrics.window`` (whole hours), as on the overview and the calls list's ``since=24h``."""
+    since = metrics.window(TIME_PRESETS["24h"])[0]
     agents = list(
         Agent.objects.filter(project=project)
         .annotate(calls_24h=Count("calls", filter=Q(calls__created_at__gte=since)))

@@ -109,6 +109,7 @@ INSTALLED_APPS = [
     "callgate",
     "reviews",
     "mcp_gateway",
+    "alerts",
 ]
 #: The demo fleet, the target-system simulator (``/simulator/``) and their commands.
 CALLGATE_DEMO = env_bool("CALLGATE_DEMO", DEBUG)
@@ -302,7 +303,22 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 60.0,
         "options": {"expires": 60},
     },
+    # alerts: evaluate every enabled rule from the rollups, notify on firing and resolving
+    "evaluate-alerts": {
+        "task": "alerts.tasks.evaluate_alerts",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
 }
+
+# --- email (alert notifications): the console in DEBUG unless EMAIL_BACKEND is set
+EMAIL_BACKEND = env_str("EMAIL_BACKEND") or (
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend"
+)
+EMAIL_HOST = env_str("EMAIL_HOST") or "localhost"
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "callgate@localhost"
 
 # --- callgate
 CALLGATE_RECONCILE_AUTH_HEADER = env_str("CALLGATE_RECONCILE_AUTH_HEADER") or ""

@@ -44,6 +44,7 @@ urlpatterns = [
     path("p/<slug:project>/", include((project_patterns, "callgate"))),
     path("p/<slug:project>/review/", include("reviews.urls")),
     path("p/<slug:project>/gateway/", include("mcp_gateway.urls")),
+    path("p/<slug:project>/alerts/", include("alerts.urls")),
 ]
 
 if settings.CALLGATE_DEMO:  # the demo's target system (demo.simulator)

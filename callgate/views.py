@@ -16,10 +16,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from callgate import selectors
+from callgate import metrics, selectors
 from callgate.access import Role, project_view, user_projects
 from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, ToolCall
+from callgate.reports import overview as overview_selectors
+from callgate.reports.overview import project_overview
+from callgate.reports.views import Links
 from callgate.selectors import TIME_PRESETS, CallFilters, Cursor
 from callgate.taxonomy import Category, Reason, Route
 from callgate.timeparse import parse_time
@@ -54,11 +57,39 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_GET
 @project_view()
 def overview(request: HttpRequest) -> HttpResponse:
-    """The project's front page: counts of the last 24 hours and where to go next."""
+    """The project's front page, "what needs me now": counts of the last 24 hours (the
+    reports' numbers, each linking to exactly its calls), per category a 7-day sparkline
+    with the change against the 7 days before, the reasons new or rising fastest, the
+    oldest open review item, approvals about to expire and the inbox lag."""
+    project = request.project
+    stats = project_overview(project=project)
+    link = Links(project.slug, stats["filters"])
+    trends = overview_selectors.category_trends(project=project)
+    trend_link = Links(project.slug, trends["filters"])
+    rising = overview_selectors.rising_reasons(project=project)
     return render(
         request,
         "callgate/overview.html",
-        {"nav_active": "overview", "stats": selectors.project_overview(project=request.project)},
+        {
+            "nav_active": "overview",
+            "stats": stats,
+            "links": {
+                "total": link(),
+                "not_ok": link(category="not_ok"),
+                "unknown_outcome": link(category="unknown_outcome"),
+                "refused": link(route=metrics.REFUSED_ROUTE),
+                "by_category": [
+                    (c, n, link(category=c.value if c else metrics.UNCLASSIFIED))
+                    for c, n in stats["by_category"]
+                ],
+            },
+            "trends": [
+                {**row, "href": trend_link(category=row["category"])} for row in trends["rows"]
+            ],
+            "trend_filters": trends["filters"],
+            "rising": [{**row, "href": trend_link(reason=row["reason"])} for row in rising],
+            "attention": overview_selectors.attention(project=project),
+        },
     )
 
 
@@ -87,7 +118,7 @@ def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
             errors.append(f"Unknown {name} {raw!r}: ignored.")
 
     choice("reason", Reason.values)
-    choice("category", Category.values)
+    choice("category", [*Category.values, *metrics.CATEGORY_SETS])
     choice("route", Route.values)
     choice("state", ToolCall.State.values)
     values["tool"] = params.get("tool", "").strip()[:128]
@@ -102,7 +133,7 @@ def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
             errors.append(f"Unknown agent {raw_agent!r}: ignored.")
     raw_since = params.get("since", "").strip()
     if raw_since in TIME_PRESETS:
-        values["since"] = timezone.now() - TIME_PRESETS[raw_since]
+        values["since"] = metrics.window(TIME_PRESETS[raw_since])[0]
     elif raw_since:
         values["since"] = _parse_time(raw_since)
         if values["since"] is None:
@@ -135,7 +166,9 @@ def _chips(params: QueryDict, *, filters: CallFilters, agents: dict[int, str]) -
         if name == "agent":
             value = agents.get(filters.agent, raw) if filters.agent else raw
         elif name == "category" and filters.category:
-            value = Category(filters.category).label
+            value = metrics.CATEGORY_SETS.get(filters.category) or Category(filters.category).label
+        elif name == "tool" and raw == metrics.NO_TOOL:
+            value = "(no tool name)"
         elif name == "state" and filters.state:
             value = ToolCall.State(filters.state).label
         label = {
@@ -154,6 +187,21 @@ def _chips(params: QueryDict, *, filters: CallFilters, agents: dict[int, str]) -
             }
         )
     return chips
+
+
+def _calls_total(*, project, filters: CallFilters, counts: dict[str, int]) -> int:
+    """How many calls match ``filters``, from the per-category ``counts`` (which ignore the
+    category filter) where they suffice, else counted."""
+    category = filters.category
+    if not category:
+        return sum(counts.values())
+    if category == "none":
+        return counts.get(metrics.UNCLASSIFIED, 0)
+    if category == "not_ok":
+        return sum(counts.get(c, 0) for c in metrics.NOT_OK_CATEGORIES)
+    if category in Category.values:
+        return counts.get(category, 0)
+    return selectors.calls_filtered(project=project, filters=filters).count()
 
 
 @require_GET
@@ -187,7 +235,7 @@ def calls(request: HttpRequest) -> HttpResponse:
     choices = selectors.call_filter_choices(project=project)
     agents = dict(choices["agents"])
     counts = selectors.calls_category_counts(project=project, filters=filters)
-    total = counts.get(filters.category, 0) if filters.category else sum(counts.values())
+    total = _calls_total(project=project, filters=filters, counts=counts)
     context.update(
         {
             "filters": filters,
@@ -203,10 +251,27 @@ def calls(request: HttpRequest) -> HttpResponse:
                 }
                 for c in Category
                 if counts.get(c.value)
-            ],
+            ]
+            + (
+                [
+                    {
+                        "value": "none",
+                        "label": metrics.CATEGORY_SETS["none"],
+                        "n": counts[metrics.UNCLASSIFIED],
+                        "query": _query(request.GET, drop=("category",), category="none"),
+                        "clear_query": _query(request.GET, drop=("category",)),
+                    }
+                ]
+                if counts.get(metrics.UNCLASSIFIED)
+                else []
+            ),
             "total": total,
+            "category_listed": filters.category in counts
+            or (filters.category == "none" and metrics.UNCLASSIFIED in counts),
+            "category_label": metrics.CATEGORY_SETS.get(filters.category)
+            or (Category(filters.category).label if filters.category else ""),
             "choices": choices,
-            "reasons": Reason.values,
+            "reasons": Reason.choices,
             "routes": Route.choices,
             "states": ToolCall.State.choices,
             "presets": list(TIME_PRESETS),

@@ -439,6 +439,48 @@ def approve_retry_guard(call: ToolCall, *, absent: bool | None = None) -> str:
     return ""
 
 
+#: Reasons whose escalation a retry can fix: the failure was transient, or a look-up
+#: proved the write absent.
+RETRY_FIXES = {"retry_exhausted", "reconciled_absent"}
+#: Words in an observation that rule a retry out (classification's "Do not retry …").
+NO_RETRY_WORDS = "do not retry"
+
+
+def primary_action(item: ReviewItem, *, reconcile_why: str = "") -> tuple[str, str]:
+    """The item page's main button and why (shared/UI.md: the primary action follows the
+    route): ``("approve" | "approve_retry" | "reconcile" | "mark_applied" | "reject" | "",
+    explanation)``. An approval request: approve. An escalation: approve retry only when a
+    retry can fix the reason (``RETRY_FIXES``) and the observation does not say "do not
+    retry"; an unknown outcome not yet looked up: reconcile (when possible); a look-up that
+    found the write: mark applied; anything the observation rules a retry out for: reject."""
+    call = item.call
+    if not item.is_open:
+        return "", ""
+    if item.kind == ReviewItem.Kind.APPROVAL:
+        return "approve", "The agent waits for a decision before executing the call."
+    reason = call.reason or item.reason
+    no_retry = NO_RETRY_WORDS in (call.observation or "").lower()
+    if reason == "reconciled_applied":
+        return "mark_applied", "A look-up found the write in the target."
+    if reason == "reconcile_mismatch":
+        return "", "A look-up found the operation with other arguments: check the target."
+    if reason in ("outcome_unknown", "not_reconcilable") or (
+        reason == "retry_exhausted" and approve_retry_guard(call)
+    ):
+        if not reconcile_why:
+            return "reconcile", "The outcome is unknown: look the operation up before deciding."
+        return "", "The outcome is unknown and callgate cannot look it up: check the target."
+    if reason in RETRY_FIXES and not no_retry:
+        return "approve_retry", "A retry can fix this."
+    if no_retry:
+        return "reject", "The observation says not to retry: reject with a reason for the agent."
+    return "", ""
+
+
+#: Why the queue's one-key approve retry is off for an item whose observation rules it out.
+QUEUE_NO_RETRY = (
+    "The observation says not to retry: open it (Enter) to reject or decide with the details."
+)
 #: Why the queue's one-key approve of an approval request is off until the operator claimed it.
 QUEUE_APPROVE_NEEDS_CLAIM = (
     "Claim it first (c), or open it (Enter) to check the arguments: "
@@ -456,6 +498,8 @@ def queue_approve_action(item: ReviewItem, *, user=None) -> tuple[str, str]:
     if item.kind == ReviewItem.Kind.APPROVAL:
         mine = user is not None and item.lease_active() and item.assignee_id == user.pk
         return "approve", "" if mine else QUEUE_APPROVE_NEEDS_CLAIM
+    if NO_RETRY_WORDS in (item.call.observation or "").lower():
+        return "approve_retry", QUEUE_NO_RETRY
     return "approve_retry", approve_retry_guard(item.call, absent=getattr(item, "has_absent", None))
 
 

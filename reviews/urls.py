@@ -7,6 +7,7 @@ app_name = "reviews"
 urlpatterns = [
     path("", views.queue, name="queue"),
     path("bulk/", views.bulk, name="bulk"),
+    path("count/", views.open_count, name="count"),
     path("<int:pk>/", views.item_detail, name="item"),
     path("<int:pk>/claim/", views.claim, name="claim"),
     path("<int:pk>/release/", views.release, name="release"),

@@ -147,24 +147,37 @@ def bulk(request: HttpRequest) -> HttpResponse:
     request.GET = request.GET.copy()
     for name, value in filters.as_dict().items():
         request.GET[name] = value
-    return render(
+    response = render(
         request,
         "reviews/queue.html#queue-table",
         _queue_context(request, result=result, fragment=True),
         status=422 if "error" in result else 200,
     )
+    response["HX-Trigger"] = REVIEW_CHANGED
+    return response
 
 
 # --- item page -----------------------------------------------------------------------------------
 
 
 def _item_context(
-    request, item: ReviewItem, *, flash: str = "", flash_kind: str = "", confirm: str = ""
+    request,
+    item: ReviewItem,
+    *,
+    flash: str = "",
+    flash_kind: str = "",
+    confirm: str = "",
+    confirm_error: str = "",
 ) -> dict:
+    """The item page's context. ``flash_kind`` is "ok", "error" or "conflict" (someone
+    else acted first: the banner offers a reload); ``confirm_error`` is shown inside the
+    open ``confirm`` form, which keeps what was typed (``reason``, ``preset`` of the POST)."""
     call = item.call
     args_json, redacted = selectors.call_arguments_display(call)
     progress = selectors.reconcile_progress(item=item)
     audit = list(selectors.audit_rows(item=item))
+    reconcile_why = services.reconcile_unavailable_reason(call)
+    primary, primary_why = services.primary_action(item, reconcile_why=reconcile_why)
     return {
         "nav_active": "review",
         "item": item,
@@ -175,7 +188,9 @@ def _item_context(
         "timeline": selectors.item_timeline(item=item),
         "reconciliations": selectors.item_reconciliations(item=item),
         "reconcile_progress": progress,
-        "reconcile_why": services.reconcile_unavailable_reason(call),
+        "reconcile_why": reconcile_why,
+        "primary": primary,
+        "primary_why": primary_why,
         "comments": [a for a in audit if a.is_comment],
         "audit": audit,
         "deliveries": WebhookDelivery.objects.filter(item=item).order_by("created_at", "pk"),
@@ -192,6 +207,9 @@ def _item_context(
         "flash": flash,
         "flash_kind": flash_kind,
         "confirm": confirm if confirm in CONFIRMABLE else "",
+        "confirm_error": confirm_error,
+        "confirm_reason": request.POST.get("reason", "") if confirm_error else "",
+        "confirm_preset": request.POST.get("preset", "") if confirm_error else "",
     }
 
 
@@ -207,10 +225,23 @@ def item_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, template, _item_context(request, item, confirm=confirm))
 
 
+#: htmx event an answer triggers after anything that may change the open-item count; the
+#: navigation's Review count listens for it (``_base.html``) and refreshes.
+REVIEW_CHANGED = "review-changed"
+
+
 def _answer(
     request, item: ReviewItem, *, ok: str = "", error: str = "", status: int = 200
 ) -> HttpResponse:
-    """The action's answer: the item fragment (or queue row) for htmx, a redirect otherwise."""
+    """The action's answer: the item fragment (or queue row) for htmx, a redirect otherwise.
+    Every htmx answer triggers ``REVIEW_CHANGED``."""
+    response = _answer_body(request, item, ok=ok, error=error, status=status)
+    if request.htmx:
+        response["HX-Trigger"] = REVIEW_CHANGED
+    return response
+
+
+def _answer_body(request, item: ReviewItem, *, ok: str, error: str, status: int) -> HttpResponse:
     from_queue = request.POST.get("from") == "queue"
     if not request.htmx:
         (messages.error if error else messages.success)(request, error or ok)
@@ -232,7 +263,8 @@ def _answer(
             "project": request.project,
         }
         return render(request, "reviews/queue.html#queue-row", context, status=status)
-    context = _item_context(request, item, flash=error or ok, flash_kind="error" if error else "ok")
+    kind = ("conflict" if status == 409 else "error") if error else "ok"
+    context = _item_context(request, item, flash=error or ok, flash_kind=kind)
     return render(request, "reviews/item_detail.html#item", context, status=status)
 
 
@@ -304,11 +336,21 @@ def comment(request: HttpRequest, pk: int) -> HttpResponse:
 @project_view(role=Role.OPERATOR)
 def reconcile(request: HttpRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
-    return _run(
+    try:
+        services.review_item_reconcile(item=item, user=request.user)
+    except services.ReviewConflict as exc:
+        return _answer(request, exc.item, error=str(exc), status=409)
+    except services.ReviewError as exc:
+        return _answer(request, item, error=str(exc), status=422)
+    # the look-up may have finished already (an eager or fast worker): say so, not "looking…"
+    progress = selectors.reconcile_progress(item=item)
+    done = progress is not None and progress["done"]
+    return _answer(
         request,
         item,
-        lambda: services.review_item_reconcile(item=item, user=request.user),
-        "Reconciliation requested: looking the operation up in the target…",
+        ok="Reconciliation finished: the result is under Reconciliation."
+        if done
+        else "Reconciliation requested: looking the operation up in the target…",
     )
 
 
@@ -346,6 +388,22 @@ def decide(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _answer(request, item, error="Unknown decision.", status=422)
     decision = form.cleaned_data["decision"]
+    override = form.cleaned_data["override"]
+    needs_reason = decision in services.DECISIONS_NEEDING_REASON or (
+        decision == "approve_retry" and override
+    )
+    if needs_reason and not form.reason_text() and request.htmx and item.is_open:
+        if request.POST.get("from") != "queue":
+            # keep the form open with what was typed and say what is missing, beside the field
+            context = _item_context(
+                request,
+                item,
+                confirm="override" if override else decision,
+                confirm_error="Give a reason: the agent reads it as the observation."
+                if not override
+                else "Give a reason for the override: it is recorded in the audit trail.",
+            )
+            return render(request, "reviews/item_detail.html#item", context, status=422)
     if (
         request.POST.get("from") == "queue"
         and decision == "approve"
@@ -355,6 +413,14 @@ def decide(request: HttpRequest, pk: int) -> HttpResponse:
     ):
         # the list's one-key approve acts only on an approval request the operator claimed
         return _answer(request, item, error=services.QUEUE_APPROVE_NEEDS_CLAIM, status=422)
+    if (
+        request.POST.get("from") == "queue"
+        and decision == "approve_retry"
+        and item.is_open
+        and services.queue_approve_action(item)[1] == services.QUEUE_NO_RETRY
+    ):
+        # nor does it retry what the observation says not to retry (the item page can)
+        return _answer(request, item, error=services.QUEUE_NO_RETRY, status=422)
     return _run(
         request,
         item,
@@ -388,6 +454,17 @@ def reconcile_status(request: HttpRequest, pk: int) -> HttpResponse:
     ):
         response["HX-Trigger"] = "reconciled"
     return response
+
+
+@require_GET
+@project_view()
+def open_count(request: HttpRequest) -> HttpResponse:
+    """The navigation's Review count (a fragment), refreshed on ``REVIEW_CHANGED``."""
+    return render(
+        request,
+        "reviews/_nav_count.html",
+        {"count": selectors.open_item_count(project=request.project), "project": request.project},
+    )
 
 
 @require_GET

@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.test import TestCase
 
 from callgate.auth import api_key_issue
-from callgate.models import Agent, Membership, Project, ToolCall, ToolContract
+from callgate.models import Agent, CallRollup, Membership, Project, ToolCall, ToolContract
 from callgate.taxonomy import TABLE, Reason
 
 PASSWORD = "correct horse battery staple"
@@ -237,3 +237,14 @@ def make_contracts(project) -> dict[str, ToolContract]:
             lint_findings=[{"path": "/", "message": "x"}] * ((100 - score) // 20),
         )
     return out
+
+
+def rollup_counts(project) -> dict[tuple, tuple[int, int, int]]:
+    return {
+        (r.bucket, r.tool_name, r.agent_id, r.reason, r.route): (
+            r.calls,
+            r.attempts,
+            r.duplicates_suppressed,
+        )
+        for r in CallRollup.objects.filter(project=project)
+    }

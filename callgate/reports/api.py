@@ -115,6 +115,13 @@ RESPONSES = {
             ),
             "totals": serializers.ListField(child=serializers.IntegerField()),
             "total": serializers.IntegerField(),
+            "not_ok": serializers.IntegerField(
+                help_text="Classified calls whose category is neither ok nor empty_result "
+                "(callgate.metrics); the calls list's category=not_ok."
+            ),
+            "unclassified": serializers.IntegerField(
+                help_text="Calls with no category yet; the calls list's category=none."
+            ),
         },
     ),
     "reasons": _response(

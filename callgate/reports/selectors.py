@@ -23,6 +23,7 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
+from callgate import labels, metrics
 from callgate.models import Agent, CallEvent, CallRollup, Project, ToolCall, ToolContract
 from callgate.reports.rollups import hour_floor
 from callgate.taxonomy import REFUSALS, TABLE, Category, Reason, Route
@@ -36,8 +37,8 @@ MAX_PERIODS = 744
 MAX_RANGE = timedelta(days=731)
 DEFAULT_RANGE = timedelta(days=7)
 
-#: Categories that mean "nothing went wrong".
-GOOD_CATEGORIES = (Category.OK.value, Category.EMPTY_RESULT.value)
+#: Categories that mean "nothing went wrong" (``callgate.metrics``).
+GOOD_CATEGORIES = metrics.GOOD_CATEGORIES
 OPEN_STATES = (
     ToolCall.State.PENDING_APPROVAL,
     ToolCall.State.ALLOWED,
@@ -46,7 +47,6 @@ OPEN_STATES = (
     ToolCall.State.IN_REVIEW,
 )
 CATEGORY_ORDER = [c.value for c in Category]
-CATEGORY_LABEL = {c.value: c.label for c in Category}
 REASON_ORDER = [r.value for r in Reason]
 
 
@@ -110,11 +110,6 @@ def _parse_moment(name: str, raw: str, *, end: bool) -> datetime:
         raise ReportFilterError(name, str(exc)) from None
 
 
-def _hour_ceil(moment: datetime) -> datetime:
-    floor = hour_floor(moment)
-    return floor if floor == moment else floor + timedelta(hours=1)
-
-
 def report_filters_parse(
     params: Mapping[str, str], *, project: Project, now: datetime | None = None
 ) -> ReportFilters:
@@ -137,7 +132,7 @@ def report_filters_parse(
         if params.get(k)
     }
     until = _parse_moment("until", params["until"], end=True) if params.get("until") else now
-    until = _hour_ceil(until)
+    until = metrics.hour_ceil(until)
     since = (
         _parse_moment("since", params["since"], end=False)
         if params.get("since")
@@ -251,7 +246,8 @@ def report_categories(*, project: Project, f: ReportFilters) -> dict:
 
     Returns ``{"periods": [{"since", "until"}], "categories": [category…],
     "series": [{"category", "label", "counts": [int per period], "total"}], "totals": [int per period],
-    "total": int}`` (categories with no calls are left out; blank category is "")."""
+    "total": int, "not_ok": int, "unclassified": int}`` (categories with no calls are left out;
+    blank category is ""; ``not_ok`` and ``unclassified`` as defined in ``callgate.metrics``)."""
     spans = periods(f)
     index = {start: i for i, (start, _) in enumerate(spans)}
     rows = (
@@ -272,7 +268,7 @@ def report_categories(*, project: Project, f: ReportFilters) -> dict:
     series = [
         {
             "category": c,
-            "label": CATEGORY_LABEL.get(c, "Unclassified"),
+            "label": labels.label(c, "category"),
             "counts": counts[c],
             "total": sum(counts[c]),
         }
@@ -285,6 +281,8 @@ def report_categories(*, project: Project, f: ReportFilters) -> dict:
         "series": series,
         "totals": totals,
         "total": sum(totals),
+        "not_ok": sum(s["total"] for s in series if metrics.is_not_ok(s["category"])),
+        "unclassified": sum(s["total"] for s in series if s["category"] == metrics.UNCLASSIFIED),
     }
 
 
@@ -389,7 +387,7 @@ def _grouped_by_category(
         g["calls"] += row["calls"]
         g["attempts"] += row["attempts"]
         g["duplicates_suppressed"] += row["dups"]
-        if row["category"] not in GOOD_CATEGORIES:
+        if metrics.is_not_ok(row["category"]):
             g["not_ok"] += row["calls"]
         g["by_category"][row["category"]] = g["by_category"].get(row["category"], 0) + row["calls"]
         seen.add(row["category"])
@@ -434,10 +432,9 @@ def report_routes(*, project: Project, f: ReportFilters) -> dict:
         .order_by()
     )
     total = sum(counts.values())
-    labels = {r.value: r.label for r in Route}
     order = [r.value for r in Route]
     rows = [
-        {"route": r, "label": labels.get(r, "None yet"), "calls": n, "share": _share(n, total)}
+        {"route": r, "label": labels.label(r, "route"), "calls": n, "share": _share(n, total)}
         for r, n in sorted(
             counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
         )
@@ -536,19 +533,12 @@ def report_retries(*, project: Project, f: ReportFilters) -> dict:
 
 
 def report_unknown_outcomes(*, project: Project, f: ReportFilters) -> dict:
-    """Calls whose write had an unknown outcome (now or earlier: a call event classified
-    ``unknown_outcome``, or a current reason of that category or of reconciliation), and
+    """Calls whose write had an unknown outcome (now or earlier: ``metrics.unknown_ever_q``), and
     how each was settled: by a human (a decision was recorded), by reconciliation or a later
     event (finished without a decision), or still open. Returns ``{"total",
     "by_reconciliation", "by_human", "open", "rows": [{"reason", "category", "by_reconciliation",
     "by_human", "open", "calls"}]}``."""
-
-    ever_unknown = CallEvent.objects.filter(
-        project=project, category=Category.UNKNOWN_OUTCOME
-    ).values("call_id")
-    calls = _calls(project, f).filter(
-        Q(category__in=[Category.UNKNOWN_OUTCOME, Category.RECONCILIATION]) | Q(pk__in=ever_unknown)
-    )
+    calls = _calls(project, f).filter(metrics.unknown_ever_q())
     human = Q(decided_at__isnull=False)
     open_ = Q(decided_at__isnull=True, state__in=OPEN_STATES)
     rows = (

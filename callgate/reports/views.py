@@ -21,11 +21,12 @@ from django.urls import NoReverseMatch, path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from callgate import labels, metrics
 from callgate.access import Role, project_view
 from callgate.models import Agent, CallRollup, ToolContract
 from callgate.reports import selectors as reports
 from callgate.reports.rollups import rollups_as_of
-from callgate.reports.selectors import CATEGORY_LABEL, ReportFilterError, ReportFilters, iso
+from callgate.reports.selectors import ReportFilterError, ReportFilters, iso
 
 #: (key, label, url name) of the reports' sub-navigation
 SECTIONS = [
@@ -65,9 +66,13 @@ def text(
     badge: str | None = None,
     mono: bool = False,
     nowrap: bool = False,
+    label: str | None = None,
 ) -> dict:
+    """A text cell: ``value`` goes to CSV; the page shows ``label`` when given (a human
+    label, ``callgate.labels``) with ``value`` in its tooltip, else ``value``."""
     return {
-        "text": str(value),
+        "text": str(value) if label is None else label,
+        "title": str(value) if label is not None and value else None,
         "value": value,
         "href": href,
         "badge": badge,
@@ -160,7 +165,9 @@ def period_label(since: str, granularity: str) -> str:
 
 class Links:
     """Builds drill-down links to the calls list: the report's tool/agent filter plus the
-    cell's own (since/until/reason/category/route/tool/agent)."""
+    cell's own (since/until/reason/category/route/tool/agent). A blank category or tool
+    becomes the calls list's "Unclassified" / "(no tool name)" filter (``callgate.metrics``),
+    so the list shows exactly the calls counted."""
 
     def __init__(self, project_slug: str, f: ReportFilters):
         try:
@@ -179,6 +186,10 @@ class Links:
         if self.f.agent_id is not None:
             params["agent"] = str(self.f.agent_id)
         for key, value in extra.items():
+            if key == "category" and value == metrics.UNCLASSIFIED:
+                value = "none"  # the calls list's name for "no category yet"
+            elif key == "tool" and value == "":
+                value = metrics.NO_TOOL
             if value is not None:
                 params[key] = str(value)
         return f"{self.base}?{urlencode(params)}"
@@ -189,13 +200,13 @@ class Links:
 
 def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
     data = reports.report_categories(project=project, f=f)
-    labels = [period_label(p["since"], f.granularity) for p in data["periods"]]
+    period_labels = [period_label(p["since"], f.granularity) for p in data["periods"]]
     columns = (
         [("Period (UTC)", False)] + [(s["label"], True) for s in data["series"]] + [("Total", True)]
     )
     rows = []
     for i, p in enumerate(data["periods"]):
-        row = [text(labels[i], mono=False)]
+        row = [text(period_labels[i], mono=False)]
         for s in data["series"]:
             row.append(
                 num(
@@ -214,7 +225,7 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
         "chart-categories",
         "stacked",
         f"Stacked bar chart of calls per category per {f.granularity}; the table below has the numbers.",
-        labels,
+        period_labels,
         [
             {"label": s["label"], "color": s["category"] or "neutral", "data": s["counts"]}
             for s in data["series"]
@@ -229,9 +240,9 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
         [
             [
                 text(
-                    r["label"] if r["route"] else "—",
+                    r["route"],
                     link(route=r["route"]) if r["route"] else None,
-                    mono=False,
+                    label=labels.label(r["route"], "route"),
                 ),
                 num(r["calls"], link(route=r["route"]) if r["route"] else None),
                 pct(r["share"]),
@@ -248,12 +259,13 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
         [{"label": "Calls", "color": "neutral", "data": [r["calls"] for r in routes["rows"]]}],
     )
     totals = {s["category"]: s["total"] for s in data["series"]}
-    not_ok = sum(n for c, n in totals.items() if c not in reports.GOOD_CATEGORIES)
+    not_ok = data["not_ok"]
     tiles = [
         {"label": plural(data["total"], "call"), "value": f"{data['total']:,}", "href": link()},
         {
             "label": "not ok",
             "value": f"{not_ok:,}",
+            "href": link(category="not_ok"),
             "note": f"{not_ok / data['total'] * 100:.1f}%" if data["total"] else "",
         },
         {
@@ -285,24 +297,28 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
     ]
 
 
+def _reason_filter(row: dict) -> dict:
+    """The calls-list filter of a reasons row: its reason, or "Unclassified" for none."""
+    return {"reason": row["reason"]} if row["reason"] else {"category": metrics.UNCLASSIFIED}
+
+
 def cards_reasons(project, f: ReportFilters, link: Links) -> list[dict]:
     data = reports.report_reasons(project=project, f=f)
     prev = data["previous"]
     rows = [
         [
             text(
-                r["reason"] or "—",
-                link(reason=r["reason"]) if r["reason"] else None,
-                badge=r["category"] or None,
+                r["reason"],
+                link(**_reason_filter(r)),
+                badge=r["category"] or "none",
+                label=labels.label(r["reason"], "reason"),
             ),
-            text(CATEGORY_LABEL.get(r["category"], "—"), nowrap=True),
-            num(r["calls"], link(reason=r["reason"]) if r["reason"] else None),
+            text(r["category"], label=labels.label(r["category"], "category"), nowrap=True),
+            num(r["calls"], link(**_reason_filter(r))),
             pct(r["share"]),
             num(
                 r["previous_calls"],
-                link(since=prev["since"], until=prev["until"], reason=r["reason"])
-                if r["reason"]
-                else None,
+                link(since=prev["since"], until=prev["until"], **_reason_filter(r)),
             ),
             signed(
                 r["change"], r["change_ratio"], bad=r["category"] not in reports.GOOD_CATEGORIES
@@ -344,7 +360,7 @@ def cards_reasons(project, f: ReportFilters, link: Links) -> list[dict]:
         "chart-reasons",
         "hbar",
         "Bar chart of the 15 most frequent reasons; the table has every reason.",
-        [r["reason"] or "—" for r in top],
+        [labels.label(r["reason"], "reason") for r in top],
         [
             {
                 "label": "Calls",
@@ -382,7 +398,7 @@ def _by_group_card(
         ("Not-ok share", True),
         ("Attempts", True),
         ("Duplicates prevented", True),
-    ] + [(CATEGORY_LABEL.get(c, "Unclassified"), True) for c in cats]
+    ] + [(labels.label(c, "category"), True) for c in cats]
     rows = []
     for r in data["rows"]:
         extra = filter_of(r)
@@ -390,7 +406,7 @@ def _by_group_card(
             [
                 key_cell(r),
                 num(r["calls"], link(**extra)),
-                num(r["not_ok"]),
+                num(r["not_ok"], link(category="not_ok", **extra)),
                 pct(r["not_ok_share"]),
                 num(r["attempts"]),
                 num(r["duplicates_suppressed"]),
@@ -405,7 +421,7 @@ def _by_group_card(
         [key_cell(r)["text"] for r in top],
         [
             {
-                "label": CATEGORY_LABEL.get(cat, "Unclassified"),
+                "label": labels.label(cat, "category"),
                 "color": cat or "neutral",
                 "data": [r["by_category"].get(cat, 0) for r in top],
             }
@@ -427,10 +443,8 @@ def cards_tools(project, f: ReportFilters, link: Links) -> list[dict]:
         "tools",
         "Tool",
         data,
-        lambda r: text(
-            r["tool"] or "(no tool name)", link(tool=r["tool"]) if r["tool"] else None, mono=True
-        ),
-        lambda r: {"tool": r["tool"]} if r["tool"] else {},
+        lambda r: text(r["tool"] or "(no tool name)", link(tool=r["tool"]), mono=r["tool"] != ""),
+        lambda r: {"tool": r["tool"]},
         link,
     )
     quality = reports.report_contracts(project=project, f=f)
@@ -440,10 +454,10 @@ def cards_tools(project, f: ReportFilters, link: Links) -> list[dict]:
             text(f"v{r['version']}"),
             num(r["lint_score"]),
             num(r["lint_findings"]),
-            num(r["calls"], link(tool=r["tool"])),
-            num(r["argument_errors"], link(tool=r["tool"], category="argument_error")),
+            num(r["calls"]),
+            num(r["argument_errors"]),
             pct(r["argument_error_rate"]),
-            num(r["hallucinations"], link(tool=r["tool"], category="hallucination")),
+            num(r["hallucinations"]),
             pct(r["hallucination_rate"]),
         ]
         for r in quality["rows"]
@@ -484,7 +498,8 @@ def cards_tools(project, f: ReportFilters, link: Links) -> list[dict]:
             },
         ],
     )
-    note = "Call links of a version show every version of the tool (the calls list filters by tool name)."
+    # no drill-down on a version's numbers: the calls list filters by tool name, not version
+    note = "Counts per contract version; the tool name lists the calls of every version."
     return [
         card,
         {
@@ -589,14 +604,18 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
         [
             [
                 text(
-                    r["reason"] or "—",
-                    link(reason=r["reason"]) if r["reason"] else None,
-                    badge=r["category"] or None,
+                    r["reason"],
+                    link(category="unknown_ever", reason=r["reason"]) if r["reason"] else None,
+                    badge=r["category"] or "none",
+                    label=labels.label(r["reason"], "reason"),
                 ),
                 num(r["by_reconciliation"]),
                 num(r["by_human"]),
                 num(r["open"]),
-                num(r["calls"], link(reason=r["reason"]) if r["reason"] else None),
+                num(
+                    r["calls"],
+                    link(category="unknown_ever", reason=r["reason"]) if r["reason"] else None,
+                ),
             ]
             for r in unknown["rows"]
         ],
@@ -605,7 +624,7 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
             num(unknown["by_reconciliation"]),
             num(unknown["by_human"]),
             num(unknown["open"]),
-            num(unknown["total"]),
+            num(unknown["total"], link(category="unknown_ever")),
         ],
     )
     uc = chart(
@@ -631,17 +650,13 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
         [
             ("Tool", False),
             ("Repeats answered with the receipt", True),
-            ("Calls ending duplicate_suppressed", True),
+            ("Calls ending “Duplicate answered with receipt”", True),
         ],
         [
             [
-                text(
-                    r["tool"] or "(no tool name)",
-                    link(tool=r["tool"]) if r["tool"] else None,
-                    mono=True,
-                ),
+                text(r["tool"] or "(no tool name)", link(tool=r["tool"]), mono=r["tool"] != ""),
                 num(r["prevented"]),
-                num(r["calls"], link(tool=r["tool"] or None, reason="duplicate_suppressed")),
+                num(r["calls"], link(tool=r["tool"], reason="duplicate_suppressed")),
             ]
             for r in dups["rows"]
         ],
@@ -763,7 +778,7 @@ def cards_review(project, f: ReportFilters, link: Links) -> list[dict]:
         [("Decision", False), ("Items", True), ("Share", True)],
         [
             [
-                text(d["resolution"].replace("_", " ")),
+                text(d["resolution"], label=labels.label(d["resolution"], "decision")),
                 num(d["items"]),
                 pct(reports._share(d["items"], data["decided"])),
             ]
@@ -775,7 +790,7 @@ def cards_review(project, f: ReportFilters, link: Links) -> list[dict]:
         "chart-review-decisions",
         "hbar",
         "Bar chart of review decisions by type; the table beside it has the numbers.",
-        [d["resolution"].replace("_", " ") for d in data["decisions"]],
+        [labels.label(d["resolution"], "decision") for d in data["decisions"]],
         [{"label": "Items", "color": "neutral", "data": [d["items"] for d in data["decisions"]]}],
     )
     tiles = [
@@ -941,8 +956,6 @@ def _sections(project, params: dict) -> list[dict]:
 
 
 def _presets(request: HttpRequest, params: dict) -> list[dict]:
-
-    until = reports._hour_ceil(timezone.now())
     out = []
     for label, delta, gran in (
         ("24 h", timedelta(hours=24), "hour"),
@@ -950,8 +963,9 @@ def _presets(request: HttpRequest, params: dict) -> list[dict]:
         ("30 days", timedelta(days=30), "day"),
         ("90 days", timedelta(days=90), "week"),
     ):
+        since, until = metrics.window(delta)
         query = {k: v for k, v in params.items() if k in ("tool", "agent")}
-        query.update({"since": iso(until - delta), "until": iso(until), "granularity": gran})
+        query.update({"since": iso(since), "until": iso(until), "granularity": gran})
         out.append(
             {
                 "label": label,

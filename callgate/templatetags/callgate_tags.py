@@ -4,6 +4,7 @@ short operation IDs with a copy button, and links to pages that may not be insta
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from typing import Any
 
 from django import template
@@ -11,7 +12,8 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from callgate.taxonomy import Category, Reason, category_of
+from callgate import labels
+from callgate.taxonomy import Reason, category_of
 from callgate_sdk.wire import REDACTED  # what ingest stores in place of a sensitive value
 
 register = template.Library()
@@ -66,13 +68,36 @@ def has_redactions(value: Any) -> bool:
 
 @register.inclusion_tag("callgate/_badge.html")
 def badge(reason: str = "", category: str = "") -> dict:
-    """The category-coloured badge with the reason as its text. The category is derived
-    from the reason when not given; no reason shows the category's label (or "pending")."""
+    """The category-coloured badge with the reason's label as its text and the slugs in
+    the tooltip. The category is derived from the reason when not given; no reason shows
+    the category's label (or "Not classified yet")."""
     if reason and not category and reason in Reason.values:
         category = category_of(reason).value
-    label = reason or (Category(category).label if category in Category.values else "pending")
-    title = Category(category).label if category in Category.values else "No classification yet"
-    return {"category": category or "none", "label": label, "title": title}
+    text = labels.label(reason, "reason") if reason else labels.label(category, "category")
+    if not reason and not category:
+        text = labels.label("", "reason")
+    title = " · ".join(
+        part for part in (reason, labels.label(category, "category") if category else "") if part
+    )
+    return {
+        "category": category or "none",
+        "label": text,
+        "title": title or "no classification yet",
+    }
+
+
+@register.filter
+def label(value: str, kind: str) -> str:
+    """``{{ call.state|label:"state" }}``: the human label of a slug (``callgate.labels``)."""
+    return labels.label(value, kind)
+
+
+@register.simple_tag
+def labelled(value: str, kind: str) -> SafeString:
+    """The human label of a slug in a ``<span>`` with the slug as its tooltip."""
+    if not value:
+        return format_html("{}", labels.label(value, kind))
+    return format_html('<span title="{}">{}</span>', value, labels.label(value, kind))
 
 
 #: two overlapping sheets: the copy icon (no icon font needed)
@@ -185,3 +210,63 @@ def code_spans(text: str) -> SafeString:
     if len(parts) % 2 == 0:  # an unpaired backtick: leave the text as it is
         return escape(str(text))
     return mark_safe("".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)))
+
+
+@register.simple_tag
+def moment(value, relative: bool = False, minutes: bool = False) -> SafeString:
+    """A ``<time>`` that ``callgate.js`` shows in the browser's time zone, 24-hour ("07:54",
+    with the date on another day), or with ``relative`` as "4 min ago"; the UTC time is the
+    text until the script runs and the tooltip after (shared/UI.md: one time format).
+    ``minutes`` leaves the seconds out (window bounds, which fall on whole hours)."""
+    if not value:
+        return mark_safe("—")
+    utc = value.astimezone(UTC)
+    return format_html(
+        '<time datetime="{}" {} title="{}">{}</time>',
+        utc.isoformat(),
+        mark_safe(
+            "data-relative" if relative else ('data-local="minutes"' if minutes else "data-local")
+        ),
+        utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        utc.strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+@register.simple_tag
+def sparkline(counts: list[int], category: str = "", label: str = "") -> SafeString:
+    """A small inline SVG line of ``counts`` (one point per period), coloured by the
+    category's CSS variable; ``label`` is its accessible name (the numbers themselves are
+    beside it in text)."""
+    width, height = 84, 22
+    if not counts:
+        return mark_safe("")
+    top = max(max(counts), 1)
+    step = width / max(len(counts) - 1, 1)
+    points = " ".join(
+        f"{i * step:.1f},{height - 2 - (n / top) * (height - 4):.1f}" for i, n in enumerate(counts)
+    )
+    return format_html(
+        '<svg class="spark cat-line-{}" viewBox="0 0 {} {}" width="{}" height="{}" role="img" '
+        'aria-label="{}"><polyline points="{}"/></svg>',
+        category or "none",
+        width,
+        height,
+        width,
+        height,
+        label,
+        points,
+    )
+
+
+@register.filter
+def age(seconds: float | None) -> str:
+    """A duration in seconds as "42 s", "12 min", "3.5 h", "2.1 d"."""
+    if seconds is None:
+        return "—"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 from django import template
 
-from callgate.taxonomy import category_of
+from callgate import labels
+from callgate.taxonomy import Reason, category_of
 from reviews import services
 
 register = template.Library()
@@ -52,3 +55,29 @@ def reason_category(reason: str) -> str:
         return category_of(reason)
     except (ValueError, KeyError):
         return ""
+
+
+@register.filter
+def item_status(value: str) -> str:
+    """A review item's status as people read it ("Settled by a later event")."""
+    from reviews.models import ReviewItem
+
+    return dict(ReviewItem.Status.choices).get(value, value or "·")
+
+
+_SLUG = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+
+
+@register.filter
+def audit_text(row) -> str:
+    """An audit row's reason with the reason slugs callgate wrote into it read as labels
+    ("settled by a later event: Reconciled: it happened"); what people wrote stays as is."""
+    text = row.reason or ""
+    if row.actor_id is not None:
+        return text
+    if text in Reason.values:
+        return labels.label(text, "reason")
+    return _SLUG.sub(
+        lambda m: labels.label(m.group(0), "reason") if m.group(0) in Reason.values else m.group(0),
+        text,
+    )

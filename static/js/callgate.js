@@ -93,14 +93,16 @@
     }
     return "";
   }
-  // <time datetime="…" data-local>: the local clock time today ("07:54:59"), with the date
+  // <time datetime="…" data-local>: the local clock time today ("07:54:59"; with
+  // data-local="minutes" "07:54"), with the date
   // on any other day ("29 Nov, 07:54:59"; the year too when it is not this year), so a
   // timeline spanning midnight reads in order. The exact UTC time is on hover.
-  const clock = { hour: "2-digit", minute: "2-digit", second: "2-digit" };
-  function localTime(date) {
+  const clock = { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" };
+  function localTime(date, minutes) {
     const now = new Date();
-    if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString([], clock);
-    const day = { month: "short", day: "numeric", ...clock };
+    const shown = minutes ? { hour: "2-digit", minute: "2-digit", hourCycle: "h23" } : clock;
+    if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString([], shown);
+    const day = { month: "short", day: "numeric", ...shown };
     if (date.getFullYear() !== now.getFullYear()) day.year = "numeric";
     return date.toLocaleString([], day);
   }
@@ -114,7 +116,7 @@
     (root || document).querySelectorAll("time[data-local]").forEach((el) => {
       const date = new Date(el.getAttribute("datetime"));
       if (isNaN(date)) return;
-      el.textContent = localTime(date);
+      el.textContent = localTime(date, el.dataset.local === "minutes");
       el.title = date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
     });
     // Countdowns: <span data-countdown="ISO time">.

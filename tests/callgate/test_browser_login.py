@@ -15,7 +15,7 @@ class LoginBrowserTests(BrowserTestCase):
         assert self.page.url == self.url(f"/p/{self.project.slug}/")
         self.page.get_by_role("heading", level=1, name=self.project.name).wait_for()
         labels = self.page.locator(".tiles .tile").all_inner_texts()
-        for label in ("tool calls", "not ok", "waiting for a human", "agents", "tools"):
+        for label in ("tool calls", "not ok", "outcome unknown", "refused", "waiting for a human"):
             assert any(label in text for text in labels), (label, labels)
         nav = self.page.get_by_role("navigation", name="Main")
         assert nav.get_by_role("link", name="Overview").get_attribute("aria-current") == "page"

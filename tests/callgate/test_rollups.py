@@ -18,21 +18,10 @@ from callgate.models import Agent, CallRollup, ToolCall
 from callgate.reports import rollups
 from callgate.reports.selectors import direct_counts
 from callgate.taxonomy import TABLE, Reason
-from tests.factories import BaseTestCase, make_call
+from tests.factories import BaseTestCase, make_call, rollup_counts
 
 REASONS = [r for r in Reason]
 STATES = [s for s in ToolCall.State]
-
-
-def rollup_counts(project) -> dict[tuple, tuple[int, int, int]]:
-    return {
-        (r.bucket, r.tool_name, r.agent_id, r.reason, r.route): (
-            r.calls,
-            r.attempts,
-            r.duplicates_suppressed,
-        )
-        for r in CallRollup.objects.filter(project=project)
-    }
 
 
 def generate(rng: random.Random, *, project, agents, now, n=300) -> list[ToolCall]:

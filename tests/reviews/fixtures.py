@@ -7,12 +7,14 @@ import itertools
 import uuid
 from datetime import timedelta
 
+from django.urls import reverse
 from django.utils import timezone
 
 from callgate.escalation import review_item_open
 from callgate.models import CallEvent, ToolCall, ToolContract
 from callgate.taxonomy import category_of, route_of
 from reviews.models import ReviewItem
+from tests.factories import BaseTestCase
 
 _seq = itertools.count(1)
 
@@ -126,3 +128,17 @@ def add_reconciled(call: ToolCall, *, found: bool, matches: bool = False) -> Cal
         occurred_at=now,
         received_at=now,
     )
+
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+class ReviewPageTestCase(BaseTestCase):
+    def login(self, user):
+        self.client.force_login(user)
+
+    def queue_url(self, query: str = "") -> str:
+        return reverse("reviews:queue", args=["acme"]) + (f"?{query}" if query else "")
+
+    def item_url(self, item, name: str = "reviews:item") -> str:
+        return reverse(name, args=["acme", item.pk])

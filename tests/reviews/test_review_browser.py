@@ -106,7 +106,7 @@ class ReviewBrowserTests(BrowserTestCase):
         alert = self.page.get_by_role("alert")
         alert.wait_for()
         assert "bob already decided this item (mark_failed)" in alert.inner_text()
-        assert "Resolved: mark_failed" in self.page.locator(".itemhead").inner_text()
+        assert "Resolved: Marked failed" in self.page.locator(".itemhead").inner_text()
         self.screenshot("review-item-conflict")
         assert ToolCall.objects.get(pk=item.call_id).decision == "mark_failed"
 
@@ -174,7 +174,7 @@ class ReviewBrowserTests(BrowserTestCase):
             if selected.count() != 1:
                 continue
             row_id = selected.get_attribute("id")
-            if selected.locator("button[data-key=a]:not([disabled])").count() == 0:
+            if selected.locator("button[data-key=a]:not([disabled]):not(.needs)").count() == 0:
                 if selected.locator("button[data-key=c]:not([disabled])").count() == 0:
                     continue
                 # an approval request: the list approves it only once claimed, so claim it first
@@ -184,7 +184,7 @@ class ReviewBrowserTests(BrowserTestCase):
                 self.wait_until_htmx_idle()  # the claimed row swapped in and settled
                 if (
                     self.page.locator(
-                        f"#{row_id}[aria-selected=true] button[data-key=a]:not([disabled])"
+                        f"#{row_id}[aria-selected=true] button[data-key=a]:not([disabled]):not(.needs)"
                     ).count()
                     == 0
                 ):
@@ -196,7 +196,7 @@ class ReviewBrowserTests(BrowserTestCase):
                     self.page.keyboard.press("a")
                 self.wait_until_htmx_idle()
                 self.page.wait_for_function(
-                    "id => !document.querySelector(`#${id} button[data-key=a]:not([disabled])`)",
+                    "id => !document.querySelector(`#${id} button[data-key=a]:not([disabled]):not(.needs)`)",
                     arg=row_id,
                     timeout=12_000,
                 )
@@ -309,7 +309,7 @@ class ReviewBrowserTests(BrowserTestCase):
         assert re.match(dated, texts[0]), texts  # yesterday's proposal: with its date, first
         assert all(re.match(clock, t) for t in texts[1:]), texts  # today's: the time alone
         assert times.first.get_attribute("title").endswith(" UTC")
-        decided = self.page.locator("dl.meta dd", has_text="approve_retry").locator(
+        decided = self.page.locator("dl.meta dd", has_text="Approved retry").locator(
             "time[data-local]"
         )
         assert re.match(dated, decided.inner_text()), decided.inner_text()
@@ -351,7 +351,8 @@ class ReviewBrowserTests(BrowserTestCase):
             "?",
         ]  # after the swap too
         self.visit(self.item_path(approval))
-        assert self.visible_help_keys() == ["c", "r", "a", "x", "e", "n", "u", "?"]
+        # an approval: nothing to reconcile, so no r
+        assert self.visible_help_keys() == ["c", "a", "x", "e", "n", "u", "?"]
         self.page.keyboard.press("x")  # x rejects on the item page, as the help says
         self.page.get_by_label("Reason (the agent reads it as the observation)").wait_for()
         self.assert_no_console_errors()

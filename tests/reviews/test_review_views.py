@@ -11,21 +11,14 @@ from django.urls import reverse
 from callgate.models import Membership, ToolCall
 from reviews import services
 from reviews.models import ReviewItem
-from tests.factories import BaseTestCase, make_user
-from tests.reviews.fixtures import add_reconciled, make_contract, make_item
-
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-class ReviewPageTestCase(BaseTestCase):
-    def login(self, user):
-        self.client.force_login(user)
-
-    def queue_url(self, query: str = "") -> str:
-        return reverse("reviews:queue", args=["acme"]) + (f"?{query}" if query else "")
-
-    def item_url(self, item, name: str = "reviews:item") -> str:
-        return reverse(name, args=["acme", item.pk])
+from tests.factories import make_user
+from tests.reviews.fixtures import (
+    HTMX,
+    ReviewPageTestCase,
+    add_reconciled,
+    make_contract,
+    make_item,
+)
 
 
 class ReviewQueuePageTests(ReviewPageTestCase):
@@ -150,13 +143,20 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         ToolCall.objects.filter(pk=approval.call_id).update(category="")
         self.login(self.alice)
         body = self.client.get(self.queue_url()).content.decode()
-        assert '<span class="badge cat-unknown_outcome">not_reconcilable</span>' in body
-        assert '<span class="badge cat-approval">approval_pending</span>' in body
+        # the human label shows, the slug is in the tooltip
+        assert (
+            '<span class="badge cat-unknown_outcome" title="not_reconcilable · Unknown outcome">'
+            "Outcome unknown, no look-up</span>" in body
+        )
+        assert (
+            '<span class="badge cat-approval" title="approval_pending · Approval">'
+            "Waiting for approval</span>" in body
+        )
         assert "cat-reconciliation" not in body
         page = self.client.get(self.item_url(item)).content.decode()
         assert (
-            'class="badge cat-reconciliation" title="current reason of the call">reconciled_absent</span>'
-            in page
+            'class="badge cat-reconciliation" title="reconciled_absent · Reconciliation">'
+            "Reconciled: it did not happen</span>" in page
         )
 
     def test_it_says_when_the_queue_is_empty(self):
@@ -437,7 +437,8 @@ class ReviewItemPageTests(ReviewPageTestCase):
         row = f'id="item-{item.pk}"'
         body = self.client.get(self.queue_url()).content.decode()
         button = body[body.index(row) :].split('data-key="a"', 1)[1].split(">", 1)[0]
-        assert " disabled " in button and "Claim it first" in button
+        # `a` is not a dead key: the button stays pressable and the answer says why not
+        assert "disabled" not in button and "Claim it first" in button
         decide = self.item_url(item, "reviews:decide")
         response = self.client.post(decide, {"decision": "approve", "from": "queue"}, **HTMX)
         assert response.status_code == 422 and "Claim it first" in response.content.decode()

@@ -2,8 +2,10 @@
 
 Creates the ``demo`` project, the users ``operator`` and ``manager`` (passwords printed),
 agents with API keys and tool contracts, then runs simulated agents against callgate and the
-simulator in-process (no server needed) so that every reason of the taxonomy occurs, review
-items wait in the queue and the reports have data. ``--trickle`` then keeps adding a call
+simulator in-process (no server needed) so that every reason of the taxonomy occurs and
+review items wait in the queue, and seeds 30 days of history (``demo.history``) so the
+reports and the overview have something to show. Running it again resets the demo
+project's calls first (and says so) instead of piling them up. ``--trickle`` then keeps adding a call
 every few seconds until interrupted (run it beside ``runserver``).
 """
 
@@ -53,7 +55,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-history",
             action="store_true",
-            help="keep the calls at the current time instead of spreading them over 7 days",
+            help="only the fleet's calls, at the current time: no 30 days of history",
+        )
+        parser.add_argument(
+            "--days",
+            type=int,
+            default=30,
+            help="days of history to seed (demo.history; default 30)",
         )
 
     def handle(
@@ -66,6 +74,7 @@ class Command(BaseCommand):
         interval: float,
         public_url: str,
         no_history: bool,
+        days: int,
         serve: str | None,
         **options,
     ):
@@ -94,16 +103,42 @@ class Command(BaseCommand):
 
         if serve:
             public_url = f"http://{serve}"
+        if not 1 <= days <= 365:
+            raise CommandError("--days must be between 1 and 365")
 
+        from callgate.models import Project
+        from demo.fleet import PROJECT_SLUG
+        from demo.history import demo_reset, history_seed
+
+        earlier = Project.objects.filter(slug=PROJECT_SLUG).first()
+        if earlier is not None:
+            removed = demo_reset(project=earlier)
+            self.stdout.write(
+                f"reset: removed the {removed:,} calls and the API keys of an earlier demo run (users, agents "
+                "and contracts stay; the passwords below are new)"
+            )
         setup, stats = demo_run(
             seed=seed,
             agents=agents,
             calls=calls,
             public_url=public_url,
-            spread_days=0 if no_history else 7,
+            spread_days=0 if no_history else 1,
             progress=progress,
         )
         self.stdout.write("")
+        from demo.sink import demo_alert_rules
+
+        rules = demo_alert_rules(project=setup.project, public_url=public_url)
+        self.stdout.write(
+            f"alerts: {len(rules)} demo rules deliver to {public_url}/simulator/webhook-sink/"
+        )
+        if not no_history:
+            history = history_seed(project=setup.project, seed=seed, days=days)
+            incidents = ", ".join(f"{k} {v:,}" for k, v in sorted(history.by_incident.items()))
+            self.stdout.write(
+                f"history: {history.calls:,} calls over {days} days "
+                f"({history.review_items:,} decided review items; incidents: {incidents})"
+            )
         self.stdout.write(
             self.style.SUCCESS(
                 f"demo: {stats.calls} calls by {len(setup.keys)} agents in {time.monotonic() - started:.1f} s "

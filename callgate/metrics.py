@@ -1,0 +1,121 @@
+"""One definition of each number people read: the time windows, "not ok", "unknown
+outcome", "refused" and the pseudo-filters a drill-down needs (shared/UI.md: "One number,
+one definition").
+
+The overview (``callgate.selectors``/``views``), the reports (``callgate.reports``), the
+calls list the numbers link to, the CSV exports and the reports API all take their windows
+and sets from here, so a count means the same calls wherever it appears:
+
+- **Window.** "The last 24 hours" (or 7 days, …) is the whole UTC hours
+  ``[start of the hour 24 hours ago, end of the current hour)``: the rollups count by
+  creation hour (``callgate.reports.rollups``), so only whole hours can be counted from them
+  and matched exactly by the calls list (``metrics.window``).
+- **Not ok.** A call whose current category is neither ``ok`` nor ``empty_result`` and that
+  has a category at all: a call still in flight (no classification yet) is not a failure.
+- **Unclassified.** A call with no category yet (in flight, or proposed and waiting).
+- **Unknown outcome.** A call whose *current* category is ``unknown_outcome`` (still
+  unsettled). The reliability report's "had an unknown outcome" (now or earlier, settled by
+  reconciliation or a human since) is a different number with its own name and filter.
+- **Refused.** A call whose route is ``deny``: callgate or a human refused it at the gate.
+
+The calls list accepts these as values of its ``category`` filter (``none``, ``not_ok``,
+``unknown_ever``) and ``tool=(none)`` for calls without a tool name, so every drill-down
+lands on exactly the calls it counted.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from callgate.taxonomy import Category, Route
+
+#: Categories that mean "nothing went wrong".
+GOOD_CATEGORIES: tuple[str, ...] = (Category.OK.value, Category.EMPTY_RESULT.value)
+#: The category of a call not classified yet.
+UNCLASSIFIED = ""
+#: Categories that count as "not ok" (every classified category but the good ones).
+NOT_OK_CATEGORIES: tuple[str, ...] = tuple(
+    c.value for c in Category if c.value not in GOOD_CATEGORIES
+)
+#: The route of a refused call.
+REFUSED_ROUTE = Route.DENY.value
+
+#: Pseudo-values of the calls list's ``category`` filter: value -> label.
+CATEGORY_SETS = {
+    "none": "Unclassified",
+    "not_ok": "Not ok",
+    "unknown_ever": "Had an unknown outcome",
+}
+#: The calls list's ``tool`` value for calls without a tool name (no provider allows
+#: parentheses in a tool name).
+NO_TOOL = "(none)"
+
+#: Window presets: value -> length.
+WINDOWS = {
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+
+
+def hour_floor(moment: datetime) -> datetime:
+    """The start of the UTC hour ``moment`` falls in (aware, UTC)."""
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def hour_ceil(moment: datetime) -> datetime:
+    """``moment`` rounded up to a whole UTC hour (itself when it is one)."""
+    floor = hour_floor(moment)
+    return floor if floor == moment else floor + timedelta(hours=1)
+
+
+def window(length: timedelta, *, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """``(since, until)`` of "the last ``length``": the whole UTC hours from the one
+    ``length`` ago to the end of the current hour (``until`` exclusive), so the window holds
+    all of the last ``length`` and at most an hour more (on the hour: exactly ``length``)."""
+    now = now or timezone.now()
+    return hour_floor(now - length), hour_ceil(now)
+
+
+def category_q(value: str) -> Q:
+    """The ``ToolCall`` condition of a ``category`` filter value: a category slug or one of
+    ``CATEGORY_SETS``. Raises ``ValueError`` for anything else."""
+    if value in Category.values:
+        return Q(category=value)
+    if value == "none":
+        return Q(category=UNCLASSIFIED)
+    if value == "not_ok":
+        return Q(category__in=NOT_OK_CATEGORIES)
+    if value == "unknown_ever":
+        return unknown_ever_q()
+    raise ValueError(f"unknown category {value!r}")
+
+
+def unknown_ever_q() -> Q:
+    """Calls whose outcome was unknown at some point: the current category is
+    ``unknown_outcome`` or ``reconciliation`` (only an unknown outcome is reconciled), or an
+    event classified ``unknown_outcome`` (since settled by a human or a later event)."""
+    from callgate.models import CallEvent
+
+    return Q(category__in=[Category.UNKNOWN_OUTCOME, Category.RECONCILIATION]) | Q(
+        Exists(
+            CallEvent.objects.filter(
+                call_id=OuterRef("pk"),
+                project_id=OuterRef("project_id"),
+                category=Category.UNKNOWN_OUTCOME,
+            )
+        )
+    )
+
+
+def tool_q(value: str) -> Q:
+    """The ``ToolCall`` condition of a ``tool`` filter value (``NO_TOOL``: no tool name)."""
+    return Q(tool_name="") if value == NO_TOOL else Q(tool_name=value)
+
+
+def is_not_ok(category: str) -> bool:
+    return category in NOT_OK_CATEGORIES

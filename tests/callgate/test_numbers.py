@@ -1,0 +1,238 @@
+"""One number, one definition (shared/UI.md, issue 15): each number of the overview equals
+the report's, the report's CSV, the API's and the row count of the calls list it links to,
+on the same data; every drill-down (also "Unclassified" and "(no tool name)") lands on
+exactly the calls it counted."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from datetime import timedelta
+from html import unescape
+from urllib.parse import urlparse
+
+from django.utils import timezone
+
+from callgate import metrics
+from callgate.models import Agent, CallEvent, ToolCall
+from callgate.reports.rollups import rollups_rebuild
+from callgate.taxonomy import Category, Reason
+from tests.factories import BaseTestCase, make_call, make_contracts, seed_calls
+
+
+class NumbersAgreeTests(BaseTestCase):
+    @classmethod
+    def setUpTestData(cls):
+        super().setUpTestData()
+        cls.agent2 = Agent.objects.create(project=cls.project, name="travel-bot")
+        contracts = make_contracts(cls.project)
+        since, until = metrics.window(timedelta(hours=24))
+        cls.since, cls.until = since, until
+        now = timezone.now()
+        # inside the window (up to now), and in the hour just before it (must not count)
+        seed_calls(
+            cls.project,
+            [cls.agent, cls.agent2],
+            contracts,
+            n=160,
+            start=since,
+            hours=int((now - since).total_seconds() // 3600) or 1,
+        )
+        seed_calls(
+            cls.project,
+            [cls.agent],
+            contracts,
+            seed=3,
+            n=30,
+            start=since - timedelta(hours=1),
+            hours=1,
+        )
+        for i in range(3):  # in flight: no category yet, one without a tool name
+            make_call(
+                project=cls.project,
+                agent=cls.agent,
+                tool="" if i == 0 else "get_weather",
+                reason="",
+                state=ToolCall.State.ALLOWED,
+                created_at=since + timedelta(minutes=5 + i),
+            )
+        make_call(
+            project=cls.project,
+            agent=cls.agent,
+            tool="",
+            reason=Reason.UNKNOWN_TOOL,
+            created_at=since + timedelta(minutes=9),
+        )
+        # an unknown outcome since settled: counted by "had an unknown outcome" only
+        settled = make_call(
+            project=cls.project,
+            agent=cls.agent,
+            reason=Reason.OK,
+            created_at=since + timedelta(minutes=11),
+        )
+        CallEvent.objects.create(
+            project=cls.project,
+            call=settled,
+            kind=CallEvent.Kind.ATTEMPT,
+            body={},
+            occurred_at=settled.created_at,
+            category=Category.UNKNOWN_OUTCOME,
+            reason=Reason.OUTCOME_UNKNOWN,
+        )
+        rollups_rebuild()
+
+    def setUp(self):
+        self.client.force_login(self.maria)
+
+    # --- helpers ---------------------------------------------------------------------
+
+    def overview_numbers(self) -> dict[str, tuple[int, str]]:
+        html = self.client.get("/p/acme/").content.decode()
+        found = re.findall(
+            r'href="([^"]+)" data-number="([\w-]+)"><span class="big">([\d,]+)</span>', html
+        )
+        found += [
+            (href, name, n)
+            for href, name, n in re.findall(
+                r'<a href="([^"]+)" data-number="([\w-]+)">([\d,]+)</a>', html
+            )
+        ]
+        return {name: (int(n.replace(",", "")), unescape(href)) for href, name, n in found}
+
+    def listed(self, href: str) -> int:
+        """The calls list's count for a drill-down link, checked against its rows."""
+        url = urlparse(href)
+        response = self.client.get(url.path + "?" + url.query)
+        assert response.status_code == 200, href
+        assert not response.context["errors"], response.context["errors"]
+        total = response.context["total"]
+        rows = response.context["page"].rows
+        if total <= len(rows) or response.context["page"].older is None:
+            assert len(rows) == total, href
+        return total
+
+    def window_params(self) -> dict:
+        return {"since": metrics_iso(self.since), "until": metrics_iso(self.until)}
+
+    def api_categories(self) -> dict:
+        response = self.api().get("/api/v1/reports/categories", self.window_params())
+        assert response.status_code == 200
+        return response.json()
+
+    def report_csv(self, path: str, table: str, **extra) -> list[list[str]]:
+        response = self.client.get(
+            path, {**self.window_params(), "format": "csv", "table": table, **extra}
+        )
+        assert response.status_code == 200
+        return list(csv.reader(io.StringIO(response.content.decode())))
+
+    def category_totals_from_csv(self) -> dict[str, int]:
+        rows = self.report_csv("/p/acme/reports/", "categories", granularity="hour")
+        head, foot = rows[0], rows[-1]
+        labels = {c.label: c.value for c in Category} | {"Unclassified": ""}
+        return {labels[h]: int(v) for h, v in zip(head[1:-1], foot[1:-1], strict=True)}
+
+    # --- the numbers -----------------------------------------------------------------
+
+    def test_total_calls_agree(self):
+        page = self.overview_numbers()["total"]
+        direct = ToolCall.objects.filter(
+            project=self.project, created_at__gte=self.since, created_at__lt=self.until
+        ).count()
+        assert page[0] == direct
+        assert self.api_categories()["total"] == direct
+        assert sum(self.category_totals_from_csv().values()) == direct
+        assert self.listed(page[1]) == direct
+
+    def test_not_ok_agrees(self):
+        page = self.overview_numbers()["not_ok"]
+        direct = ToolCall.objects.filter(
+            project=self.project,
+            created_at__gte=self.since,
+            created_at__lt=self.until,
+            category__in=metrics.NOT_OK_CATEGORIES,
+        ).count()
+        assert 0 < page[0] == direct
+        assert self.api_categories()["not_ok"] == direct
+        csv_totals = self.category_totals_from_csv()
+        assert sum(n for c, n in csv_totals.items() if metrics.is_not_ok(c)) == direct
+        assert self.listed(page[1]) == direct
+        # the per-tool "not ok" of the report sums to the same
+        tools = self.api().get("/api/v1/reports/tools", self.window_params()).json()
+        assert sum(r["not_ok"] for r in tools["rows"]) == direct
+
+    def test_unknown_outcome_agrees(self):
+        page = self.overview_numbers()["unknown_outcome"]
+        direct = ToolCall.objects.filter(
+            project=self.project,
+            created_at__gte=self.since,
+            created_at__lt=self.until,
+            category=Category.UNKNOWN_OUTCOME,
+        ).count()
+        assert 0 < page[0] == direct
+        api = {s["category"]: s["total"] for s in self.api_categories()["series"]}
+        assert api["unknown_outcome"] == direct
+        assert self.category_totals_from_csv()["unknown_outcome"] == direct
+        assert self.listed(page[1]) == direct
+
+    def test_had_an_unknown_outcome_is_its_own_number_and_drills_down_exactly(self):
+        api = self.api().get("/api/v1/reports/unknown-outcomes", self.window_params()).json()
+        rows = self.report_csv("/p/acme/reports/reliability/", "unknown_outcomes")
+        assert int(rows[-1][-1]) == api["total"]
+        html = self.client.get(
+            "/p/acme/reports/reliability/", self.window_params()
+        ).content.decode()
+        links = re.findall(r'<a href="([^"]+category=unknown_ever[^"]*)"[^>]*>([\d,]+)</a>', html)
+        assert links
+        for href, n in links:
+            assert self.listed(unescape(href)) == int(n.replace(",", ""))
+        assert any(int(n) == api["total"] for _, n in links)
+
+    def test_refused_agrees(self):
+        page = self.overview_numbers()["refused"]
+        direct = ToolCall.objects.filter(
+            project=self.project,
+            created_at__gte=self.since,
+            created_at__lt=self.until,
+            route=metrics.REFUSED_ROUTE,
+        ).count()
+        assert 0 < page[0] == direct
+        api = self.api().get("/api/v1/reports/routes", self.window_params()).json()
+        assert {r["route"]: r["calls"] for r in api["rows"]}["deny"] == direct
+        routes = self.report_csv("/p/acme/reports/", "routes")
+        assert dict((r[0], r[1]) for r in routes[1:])["deny"] == str(direct)
+        assert self.listed(page[1]) == direct
+
+    def test_every_category_of_the_overview_drills_down_exactly(self):
+        numbers = self.overview_numbers()
+        csv_totals = self.category_totals_from_csv()
+        assert "category-none" in numbers  # the unclassified row is there and links
+        for name, (n, href) in numbers.items():
+            if not name.startswith("category-"):
+                continue
+            slug = name.removeprefix("category-")
+            assert csv_totals["" if slug == "none" else slug] == n
+            assert self.listed(href) == n, name
+
+    def test_every_number_on_the_report_pages_drills_down_exactly(self):
+        for path in (
+            "/p/acme/reports/",
+            "/p/acme/reports/reasons/",
+            "/p/acme/reports/tools/",
+            "/p/acme/reports/agents/",
+        ):
+            html = self.client.get(
+                path, {**self.window_params(), "granularity": "day"}
+            ).content.decode()
+            links = re.findall(r'<td class="num[^"]*"><a href="([^"]+)"[^>]*>([\d,]+)</a>', html)
+            assert links, path
+            for href, n in links:
+                assert self.listed(unescape(href)) == int(n.replace(",", "")), (path, href)
+            assert "tool=%28none%29" in html or path != "/p/acme/reports/tools/"
+
+
+def metrics_iso(moment) -> str:
+    from callgate.reports.selectors import iso
+
+    return iso(moment)
