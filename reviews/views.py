@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from callgate.access import Role, project_view
+from callgate.selectors import open_review_count
 from callgate.timeparse import parse_time
 from reviews import selectors, services
 from reviews.forms import BulkForm, CommentForm, DecisionForm, ExtendForm
@@ -463,7 +464,7 @@ def open_count(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "reviews/_nav_count.html",
-        {"count": selectors.open_item_count(project=request.project), "project": request.project},
+        {"count": open_review_count(project=request.project), "project": request.project},
     )
 
 

@@ -12,7 +12,7 @@ import httpx
 from django.core import mail
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
-from django.test import TransactionTestCase
+from django.test import TransactionTestCase, override_settings
 from django.utils import timezone
 
 from alerts.models import AlertDelivery, AlertEvent, AlertRule
@@ -53,8 +53,8 @@ class AlertFromTheSimulatorTests(TransactionTestCase):
         self.addCleanup(request_finished.connect, close_old_connections)
 
     def test_a_rate_over_its_threshold_notifies_once_then_resolves_once(self):
-        from demo.fleet import _fleet, demo_setup, reconcile_through
-        from demo.simulator import demo_service
+        from demo.fleet import _fleet, demo_setup
+        from demo.simulator import MountedTransport, demo_service
 
         sim = demo_service()
         setup = demo_setup(agents=4)
@@ -86,7 +86,7 @@ class AlertFromTheSimulatorTests(TransactionTestCase):
                 evaluate_alerts()  # deliveries run on commit (eager Celery)
 
         with (
-            reconcile_through(sim),
+            override_settings(CALLGATE_RECONCILE_TRANSPORT=lambda: MountedTransport(sim)),
             mock.patch.object(webhooks, "TRANSPORT", httpx.MockTransport(sink)),
         ):
             for _ in range(6):

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from callgate.auth import api_key_issue
 from callgate.models import Agent, Membership, Project, ToolCall
+from callgate.taxonomy import Reason
 from callgate_sdk import CallgateClient, current_operation_id, request_context
 from callgate_sdk.integrations.langchain import CallgateCallbackHandler, gate_tool
 from demo.fleet import callgate_transport
@@ -158,11 +159,17 @@ class LangChainTests(TransactionTestCase):
         assert note.request_id == "req-1"
         [rejected] = [c for c in calls.values() if c.state == ToolCall.State.REJECTED]
         page = self.page_text(f"/p/{self.project.slug}/calls/")
-        assert f"{rejected.reason} add_note support-bot {rejected.operation_id[:10]}…" in page
-        assert f"ok add_note support-bot {note.operation_id[:10]}… Succeeded 1/3" in page
+        assert (
+            f"{Reason(rejected.reason).label} add_note support-bot {rejected.operation_id[:10]}…"
+            in page
+        )
+        assert (
+            f"{Reason.OK.label} add_note support-bot {note.operation_id[:10]}… Succeeded 1/3"
+            in page
+        )
         # the repeat is on the call's page: answered with the receipt, not executed again
         detail = self.page_text(f"/p/{self.project.slug}/calls/{note.operation_id}/")
-        assert "Proposed · Agent duplicate_suppressed proposed" in detail
+        assert f"Proposed · Agent {Reason.DUPLICATE_SUPPRESSED.label}" in detail
         assert "Attempts 1 of 3 · 1 duplicate suppressed" in detail
 
     def test_an_approval_is_decided_by_an_operator(self):
@@ -190,7 +197,7 @@ class LangChainTests(TransactionTestCase):
         call = ToolCall.objects.get(project=self.project, tool_name="issue_refund")
         assert call.state == ToolCall.State.SUCCEEDED
         page = self.page_text(f"/p/{self.project.slug}/calls/{call.operation_id}/")
-        assert "Decision Decision approve By ana" in page
+        assert "Decision · Operator Approved → Allowed decision: approve" in page
 
     def test_the_callback_handler_reports_tools_that_are_not_gated(self):
         client = self.make_client()

@@ -19,6 +19,7 @@ from pydantic import Field
 from callgate.auth import api_key_issue
 from callgate.models import Agent as CallgateAgent
 from callgate.models import Membership, Project, ToolCall
+from callgate.taxonomy import Reason
 from callgate_sdk import AsyncCallgateClient, current_operation_id, request_context
 from callgate_sdk.integrations.openai_agents import CallgateGate
 from reviews.models import ReviewItem
@@ -156,11 +157,17 @@ class OpenAIAgentsTests(OwnPorts, LiveServerTestCase):
         assert [c.tool_name for c in rejected] == ["add_note"]
         # the calls page shows the re-asked call and the duplicate answered with the receipt
         page = self.page_text(f"/p/{self.project.slug}/calls/")
-        assert f"{rejected[0].reason} add_note support-bot {rejected[0].operation_id[:10]}…" in page
-        assert f"ok add_note support-bot {note.operation_id[:10]}… Succeeded 1/3" in page
+        assert (
+            f"{Reason(rejected[0].reason).label} add_note support-bot {rejected[0].operation_id[:10]}…"
+            in page
+        )
+        assert (
+            f"{Reason.OK.label} add_note support-bot {note.operation_id[:10]}… Succeeded 1/3"
+            in page
+        )
         # the repeat is on the call's page: answered with the receipt, not executed again
         detail = self.page_text(f"/p/{self.project.slug}/calls/{note.operation_id}/")
-        assert "Proposed · Agent duplicate_suppressed proposed" in detail
+        assert f"Proposed · Agent {Reason.DUPLICATE_SUPPRESSED.label}" in detail
         assert "Attempts 1 of 3 · 1 duplicate suppressed" in detail
 
     def test_an_approval_is_decided_by_an_operator_in_callgate(self):
@@ -190,8 +197,8 @@ class OpenAIAgentsTests(OwnPorts, LiveServerTestCase):
         item = ReviewItem.objects.get(call=call)
         assert item.resolved_by == self.operator and item.resolution == "approve"
         page = self.page_text(f"/p/{self.project.slug}/calls/{call.operation_id}/")
-        assert "approval_granted" in page
-        assert "Decision Decision approve By ana" in page
+        assert Reason.APPROVAL_GRANTED.label in page
+        assert "Decision · Operator Approved → Allowed decision: approve" in page
 
     def approve_waiting_call(self) -> str:
         """The operator approves in callgate's review queue (in a worker thread: its own
