@@ -165,6 +165,15 @@ class _Prepared:
 DECISION_TYPES = frozenset({"decision", "approval_expired"})
 
 
+#: Width of the stored tool-name columns: a longer (unknown) name is kept truncated.
+TOOL_NAME_LENGTH = ToolCall._meta.get_field("tool_name").max_length
+
+
+def _budget_key(request_id: str | None, tool: str | None) -> tuple[str, str] | None:
+    """The re-ask budget's key, ``(request ID, tool name as stored)``, when both are given."""
+    return (request_id, tool[:TOOL_NAME_LENGTH]) if request_id and tool else None
+
+
 class _Batch:
     def __init__(self, *, project: Project, agent: Agent, source: str, user=None):
         self.project, self.agent, self.source, self.user = project, agent, source, user
@@ -211,8 +220,8 @@ class _Batch:
                 prepared = self._prepare(event)
                 self.prepared[index] = prepared
                 op_ids.add(prepared.operation_id)
-                if event.request_id and prepared.proposal.tool:
-                    budget_keys.add((event.request_id, prepared.proposal.tool))
+                if key := _budget_key(event.request_id, prepared.proposal.tool):
+                    budget_keys.add(key)
             elif event.operation_id:
                 op_ids.add(event.operation_id)
             elif event.request_id and event.call_id:
@@ -410,9 +419,7 @@ class _Batch:
                 observation=call.observation,
             )
             return self._record(call, event, current, state_before, change=False)
-        budget_key = (
-            (event.request_id, proposal.tool) if event.request_id and proposal.tool else None
-        )
+        budget_key = _budget_key(event.request_id, proposal.tool)
         existing = None
         if call is not None and call.state != S.REJECTED:
             existing = cls.Existing(
@@ -438,7 +445,7 @@ class _Batch:
                 call_id=event.call_id or proposal.call_id or "",
                 actor=event.actor or "",
                 provider_format=event.format,
-                tool_name=(proposal.tool or "")[:128],
+                tool_name=(proposal.tool or "")[:TOOL_NAME_LENGTH],
                 contract=contract,
                 created_at=self.now,
                 state=S.ALLOWED,

@@ -1,0 +1,136 @@
+"""Bounded work (issue 16): a contract's complexity budget at registration, a bound on each
+validation's work, poison inbox events quarantined, and drain locks taken with a bounded wait."""
+
+from __future__ import annotations
+
+import time
+
+from callgate.classification import (
+    MAX_REF_EXPANSION,
+    MAX_SCHEMA_BYTES,
+    MAX_VALIDATION_ERRORS,
+    schema_problems,
+    validate_arguments,
+)
+from callgate.taxonomy import Reason
+from tests.factories import BaseTestCase
+
+
+def doubling_graph(levels: int = 40) -> dict:
+    """``a0 -> anyOf[a1, a1] -> …``: 2.9 KB whose $refs expand to 2**levels subschemas."""
+    defs = {
+        f"a{i}": {"anyOf": [{"$ref": f"#/$defs/a{i + 1}"}, {"$ref": f"#/$defs/a{i + 1}"}]}
+        for i in range(levels)
+    }
+    defs[f"a{levels}"] = {"type": "string"}
+    return {"type": "object", "properties": {"x": {"$ref": "#/$defs/a0"}}, "$defs": defs}
+
+
+def contract(parameters: dict) -> dict:
+    return {"description": "A tool", "effect": "read", "parameters": parameters}
+
+
+class ContractBudgetTests(BaseTestCase):
+    def test_the_doubling_ref_graph_is_refused_naming_the_subschema(self):
+        response = self.api().put("/api/v1/tools/poison", contract(doubling_graph()), format="json")
+        self.assertEqual(response.status_code, 400, response.content)
+        [error] = response.json()["errors"]
+        self.assertEqual(error["loc"], "parameters")
+        self.assertIn("complexity budget", error["msg"])
+        self.assertIn("/$defs/a", error["msg"])
+        self.assertIn(f"{MAX_REF_EXPANSION:,}", error["msg"])
+
+    def test_a_shallow_ref_graph_and_a_recursive_one_are_accepted(self):
+        self.assertIsNone(schema_problems(doubling_graph(levels=8)))
+        tree = {
+            "type": "object",
+            "properties": {"root": {"$ref": "#/$defs/node"}},
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {
+                        "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}
+                    },
+                }
+            },
+        }
+        self.assertIsNone(schema_problems(tree))
+
+    def test_an_oversized_schema_is_refused_with_its_size(self):
+        properties = {f"p{i}": {"type": "string", "description": "x" * 200} for i in range(400)}
+        problem = schema_problems({"type": "object", "properties": properties})
+        self.assertIn("bytes", problem)
+        self.assertIn(f"{MAX_SCHEMA_BYTES:,}", problem)
+
+    def test_a_keyword_with_too_many_entries_is_named(self):
+        problem = schema_problems(
+            {"type": "object", "properties": {"x": {"anyOf": [{"const": i} for i in range(100)]}}}
+        )
+        self.assertIn("anyOf at /properties/x has 100 entries", problem)
+
+
+class ValidationBoundTests(BaseTestCase):
+    def test_a_thousand_missing_required_properties_are_cheap_and_capped(self):
+        properties = {f"p{i}": {"type": "string"} for i in range(400)}
+        schema = {"type": "object", "properties": properties, "required": list(properties)}
+        started = time.perf_counter()
+        problems = validate_arguments({}, schema)
+        self.assertLess(time.perf_counter() - started, 1.0)
+        self.assertEqual(len(problems), MAX_VALIDATION_ERRORS)
+        self.assertEqual(problems[0].reason, Reason.MISSING_REQUIRED)
+        self.assertEqual(problems[0].path, "$.p0")
+
+    def test_unique_items_over_thousands_of_objects_is_linear_and_exact(self):
+        schema = {"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}
+        started = time.perf_counter()
+        self.assertEqual(validate_arguments({"xs": [{"a": i} for i in range(4000)]}, schema), [])
+        self.assertLess(time.perf_counter() - started, 1.0)
+        [problem] = validate_arguments({"xs": [{"a": 1, "b": 2}, {"b": 2, "a": 1.0}]}, schema)
+        self.assertEqual(problem.path, "$.xs")
+        self.assertEqual(validate_arguments({"xs": [1, True]}, schema), [])
+
+    def test_a_validation_over_its_step_budget_is_classified_not_run_forever(self):
+        # a contract stored before the budget existed: validation stops at the step budget
+        problems = validate_arguments({"x": 1}, doubling_graph())
+        [problem] = problems
+        self.assertEqual(problem.reason, Reason.CONSTRAINT_VIOLATION)
+        self.assertIn("too costly", problem.message)
+
+    def test_a_float_multiple_of_against_a_huge_integer(self):
+        schema = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 0.5}}}
+        self.assertEqual(validate_arguments({"n": 10**400}, schema), [])
+        [problem] = validate_arguments(
+            {"n": 10**400 + 1},
+            {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2.0}}},
+        )
+        self.assertEqual(problem.path, "$.n")
+
+
+class GateEdgeTests(BaseTestCase):
+    """Inputs that made the gate answer 500 (issue 16, "smaller faults")."""
+
+    def gate(self, call: dict, **fields):
+        return self.api().post(
+            "/api/v1/calls", {"format": "plain", "call": call, **fields}, format="json"
+        )
+
+    def test_a_tool_name_over_128_characters_with_a_request_id_is_classified(self):
+        response = self.gate({"tool": "t" * 300, "arguments": {}}, request_id="req-1")
+        self.assertLess(response.status_code, 500, response.content)
+        self.assertEqual(response.json()["reason"], "unknown_tool")
+
+    def test_a_float_multiple_of_against_a_huge_integer_is_classified(self):
+        schema = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 0.3}}}
+        self.assertEqual(
+            self.api().put("/api/v1/tools/count", contract(schema), format="json").status_code, 201
+        )
+        response = self.api().generic(
+            "POST",
+            "/api/v1/calls",
+            '{"format": "plain", "call": {"tool": "count", "arguments": {"n": 1'
+            + "0" * 400
+            + "1}}}",
+            content_type="application/json",
+        )
+        self.assertEqual(response.status_code, 200, response.content)
+        self.assertEqual(response.json()["reason"], "constraint_violation")
