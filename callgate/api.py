@@ -8,6 +8,7 @@ Every error answers ``{"error": "…", "errors": [{"loc": "field.path", "msg": "
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 
@@ -22,7 +23,14 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from callgate import providers, services
 from callgate.auth import AgentPrincipal
-from callgate.inbox import APPLY_FAILED, event_answer, events_receive, inbox_drain
+from callgate.inbox import (
+    APPLY_FAILED,
+    DRAIN_LOCK_WAIT,
+    DrainBusy,
+    event_answer,
+    events_receive,
+    inbox_drain,
+)
 from callgate.ingest import call_answer
 from callgate.models import ToolCall
 from callgate.schemas import (
@@ -69,6 +77,18 @@ def _error(
     message: str, errors: list[dict] | None = None, code: int = status.HTTP_400_BAD_REQUEST
 ) -> Response:
     return Response({"error": message, "errors": errors or []}, status=code)
+
+
+def _too_busy(message: str, *, retry_after: float) -> Response:
+    """429 with ``Retry-After`` (whole seconds, RFC 9110 §10.2.3) in the API's error shape."""
+    seconds = max(1, math.ceil(retry_after))
+    response = _error(
+        message,
+        [{"loc": "(project)", "msg": f"retry after {seconds} s"}],
+        code=status.HTTP_429_TOO_MANY_REQUESTS,
+    )
+    response["Retry-After"] = str(seconds)
+    return response
 
 
 def _agent(request: Request) -> AgentPrincipal:
@@ -278,7 +298,14 @@ class GateCheckApi(APIView):
             "stored receipt. Unrecognisable output is `malformed_call`, never an error."
         ),
         request=GateRequest,
-        responses={200: CallAnswer, 400: ErrorBody, 401: ErrorBody, 409: ErrorBody, 500: ErrorBody},
+        responses={
+            200: CallAnswer,
+            400: ErrorBody,
+            401: ErrorBody,
+            409: ErrorBody,
+            429: ErrorBody,
+            500: ErrorBody,
+        },
     )
     def post(self, request: Request) -> Response:
         principal = _agent(request)
@@ -305,7 +332,10 @@ class GateCheckApi(APIView):
         )
         if received.status == "rejected":
             return _error(f"Invalid gate request: {received.errors[0]['msg']}", received.errors)
-        inbox_drain(principal.project.pk)
+        try:
+            inbox_drain(principal.project.pk)
+        except DrainBusy:  # its own event stays pending: answered below
+            pass
         found = event_answer(principal.project, event.event_id)
         if (
             found is None or found["kind"] != "proposed"
@@ -314,6 +344,12 @@ class GateCheckApi(APIView):
                 "This event_id was already used for another kind of event; send a new one.",
                 [{"loc": "event_id", "msg": "already used"}],
                 code=status.HTTP_409_CONFLICT,
+            )
+        if found["status"] == "pending":  # another drainer held the project's inbox too long
+            return _too_busy(
+                "The project's inbox is busy applying earlier events; send this check again "
+                "(with the same event_id) after Retry-After seconds.",
+                retry_after=DRAIN_LOCK_WAIT,
             )
         if found["status"] != "applied":
             failed = any(

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 from django.db import OperationalError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from callgate.ingest import (
@@ -239,15 +240,36 @@ def _bound_cursor():
     )
 
 
-def inbox_drain(project_id: int) -> int:
+#: Drains a row may die with (a worker killed, or stopped at its time limit, while applying
+#: it) before it is quarantined. A row tried before is applied on its own, so one poison
+#: event never takes the rows beside it into quarantine.
+QUARANTINE_AFTER = 3
+#: Seconds a drainer waits for another drainer of the same project before giving up (the
+#: rows stay pending for that drainer, or the next one). Another project never waits.
+DRAIN_LOCK_WAIT = 2.0
+
+
+class DrainBusy(Exception):
+    """Another drainer held the project's drain lock for ``DRAIN_LOCK_WAIT`` seconds;
+    ``processed`` rows were applied before that."""
+
+    processed = 0
+
+
+def inbox_drain(project_id: int, *, lock_wait: float = DRAIN_LOCK_WAIT) -> int:
     """Apply the project's pending inbox events received so far (up to the newest pending row
     when called), in arrival order, ``DRAIN_CHUNK`` per transaction; returns how many rows it
-    processed (applied or rejected). Bounded: rows received after the call are left to the
-    drain their own request enqueued, so a gate check never waits for events sent after it.
+    processed (applied, rejected or quarantined). Bounded: rows received after the call are
+    left to the drain their own request enqueued, so a gate check never waits for events sent
+    after it.
 
     One drainer per project at a time, per chunk (a PostgreSQL advisory lock; a per-project
-    process lock elsewhere): a second drainer waits at most one chunk, then continues with
-    whatever is still pending up to its own bound (often nothing: the first took it)."""
+    process lock elsewhere): a second drainer waits at most ``lock_wait`` seconds for it, then
+    raises ``DrainBusy`` (its ``processed`` says how many rows it applied before; the rest
+    stay pending for a later drain: the task tries again, the sweep picks them up).
+    Before a chunk is applied its rows' ``attempts`` are counted in a committed transaction,
+    so a drain that dies with them leaves them counted: such rows are then applied one at a
+    time, and one counted ``QUARANTINE_AFTER`` times is quarantined instead of applied."""
     bound = (
         InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING)
         .order_by("-id")
@@ -255,11 +277,15 @@ def inbox_drain(project_id: int) -> int:
         .first()
     )
     processed = 0
-    while bound is not None:
-        done = _drain_chunk(project_id, bound=bound)
-        if not done:
-            break
-        processed += done
+    try:
+        while bound is not None:
+            done = _drain_chunk(project_id, bound=bound, lock_wait=lock_wait)
+            if not done:
+                break
+            processed += done
+    except DrainBusy as busy:
+        busy.processed = processed
+        raise
     return processed
 
 
@@ -268,32 +294,69 @@ _local_locks: dict[int, threading.Lock] = {}
 
 
 @contextmanager
-def _drain_lock(project_id: int) -> Iterator[None]:
-    """Inside a transaction: hold the project's drain lock until the transaction ends."""
+def _drain_lock(project_id: int, *, wait: float) -> Iterator[None]:
+    """Inside a transaction: hold the project's drain lock until the transaction ends.
+    Raises ``DrainBusy`` when it is not free within ``wait`` seconds."""
     if connection.vendor == "postgresql":
+        deadline, pause = time.monotonic() + wait, 0.01
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [DRAIN_LOCK_CLASS, project_id])
+            while True:
+                cursor.execute(
+                    "SELECT pg_try_advisory_xact_lock(%s, %s)", [DRAIN_LOCK_CLASS, project_id]
+                )
+                if cursor.fetchone()[0]:
+                    break
+                if time.monotonic() + pause > deadline:
+                    raise DrainBusy(project_id)
+                time.sleep(pause)
+                pause = min(pause * 2, 0.2)
         yield  # released when the transaction ends
         return
     with _local_locks_guard:
         lock = _local_locks.setdefault(project_id, threading.Lock())
-    with lock:
+    if not lock.acquire(timeout=wait):
+        raise DrainBusy(project_id)
+    try:
         yield
+    finally:
+        lock.release()
 
 
-def _drain_chunk(project_id: int, *, bound: int) -> int:
-    """Apply up to ``DRAIN_CHUNK`` pending rows with ``id <= bound`` in one transaction; how
-    many were processed. A fixed number of queries per chunk and per run of one agent's rows.
-    A rejected row keeps its body with obvious secrets and the project's sensitive fields
-    redacted (``redact``), like a stored ``CallEvent``."""
-    with transaction.atomic(), _drain_lock(project_id):
-        rows = list(
+def _drain_chunk(project_id: int, *, bound: int, lock_wait: float = DRAIN_LOCK_WAIT) -> int:
+    """Apply up to ``DRAIN_CHUNK`` pending rows with ``id <= bound``: their ``attempts``
+    counted in one transaction, then applied in another; how many were processed. A fixed
+    number of queries per chunk and per run of one agent's rows. A rejected row keeps its
+    body with obvious secrets and the project's sensitive fields redacted (``redact``), like
+    a stored ``CallEvent``."""
+    with transaction.atomic(), _drain_lock(project_id, wait=lock_wait):
+        head = list(
             InboxEvent.objects.filter(
                 project_id=project_id, status=InboxEvent.Status.PENDING, id__lte=bound
-            ).order_by("id")[:DRAIN_CHUNK]
+            )
+            .order_by("id")
+            .values_list("id", "attempts")[:DRAIN_CHUNK]
+        )
+        if not head:
+            return 0
+        first_id, first_attempts = head[0]
+        if first_attempts >= QUARANTINE_AFTER:
+            _quarantine(first_id)
+            return 1
+        if first_attempts:  # a drain died with it: alone, so a poison row is found
+            ids = [first_id]
+        else:  # the untried rows up to the first one tried before
+            ids = []
+            for row_id, attempts in head:
+                if attempts:
+                    break
+                ids.append(row_id)
+        InboxEvent.objects.filter(pk__in=ids).update(attempts=F("attempts") + 1)
+    with transaction.atomic(), _drain_lock(project_id, wait=lock_wait):
+        rows = list(
+            InboxEvent.objects.filter(pk__in=ids, status=InboxEvent.Status.PENDING).order_by("id")
         )
         if not rows:
-            return 0
+            return len(ids)  # another drainer took them meanwhile
         project = Project.objects.get(pk=project_id)
         agents = Agent.objects.in_bulk({row.agent_id for row in rows})
         done, rejected = [], []
@@ -327,6 +390,21 @@ def _drain_chunk(project_id: int, *, bound: int) -> int:
             InboxEvent.objects.bulk_update(rejected, ["status", "errors", "body"])
         return len(rows)
 
+
+def _quarantine(row_id: int) -> None:
+    logger.error(
+        "inbox row %s quarantined: %d drains died while applying it", row_id, QUARANTINE_AFTER
+    )
+    InboxEvent.objects.filter(pk=row_id).update(
+        status=InboxEvent.Status.QUARANTINED, errors=[{"loc": "", "msg": QUARANTINED}]
+    )
+
+
+#: What a quarantined inbox row says.
+QUARANTINED = (
+    f"callgate could not apply this event: {QUARANTINE_AFTER} attempts stopped while applying it "
+    "(set aside for the operators; it will not be tried again)"
+)
 
 #: What an inbox row that cannot be applied says (a bug, logged with its stack trace).
 APPLY_FAILED = "callgate could not apply this event (an internal error, logged for the operators)"

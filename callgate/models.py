@@ -330,6 +330,9 @@ class InboxEvent(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
         REJECTED = "rejected", "Rejected"
+        #: a drain died with it ``inbox.QUARANTINE_AFTER`` times (a worker killed or over its
+        #: time limit): set aside for an administrator, never tried again
+        QUARANTINED = "quarantined", "Quarantined"
 
     # No database-level foreign keys: each would cost a referential check per inserted row on
     # the ingest hot path (measured: about 15 µs of 35 per event). Both IDs come from the API
@@ -346,8 +349,13 @@ class InboxEvent(models.Model):
     event_id = models.UUIDField()
     body = models.JSONField(help_text="The envelope as received (validated; not yet redacted).")
     received_at = models.DateTimeField(default=timezone.now)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    status = models.CharField(max_length=11, choices=Status.choices, default=Status.PENDING)
     errors = models.JSONField(default=list, blank=True)
+    attempts = models.PositiveSmallIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Drains that took this row; one that died leaves it counted (quarantine).",
+    )
 
     class Meta:
         constraints = [

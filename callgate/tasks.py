@@ -28,7 +28,7 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from callgate.inbox import inbox_drain
+from callgate.inbox import DrainBusy, inbox_drain
 from callgate.models import CallEvent, InboxEvent, Project, ToolCall
 from callgate.reconcile import UNKNOWN, LookupResult, reconcile_calls_claim_stale, reconcile_lookup
 from callgate.reports.rollups import refresh_rollups  # noqa: F401  (defined beside the rollup code; beat: refresh-rollups)
@@ -140,11 +140,27 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
         return "skipped"
 
 
-@shared_task(name="callgate.tasks.drain_inbox", ignore_result=True)
-def drain_inbox(project_id: int) -> int:
+#: ``drain_inbox`` tries again this often when another drainer holds the project's inbox
+#: (then ``sweep_inbox`` takes over), DRAIN_RETRY_DELAY seconds apart.
+DRAIN_RETRIES = 5
+DRAIN_RETRY_DELAY = 1.0
+
+
+@shared_task(
+    bind=True, name="callgate.tasks.drain_inbox", ignore_result=True, max_retries=DRAIN_RETRIES
+)
+def drain_inbox(self, project_id: int) -> int:
     """Apply the project's pending inbox events in order; returns rows processed. Safe to run
-    twice at once or again: drainers of one project take turns, one chunk at a time."""
-    return inbox_drain(project_id)
+    twice at once or again: drainers of one project take turns, one chunk at a time. A drain
+    that finds the project's inbox held past ``inbox.DRAIN_LOCK_WAIT`` gives the worker back
+    and tries again later (Celery's retry), so one project's backlog never holds a worker
+    that another project's events wait for."""
+    try:
+        return inbox_drain(project_id)
+    except DrainBusy as busy:
+        if self.request.retries < self.max_retries:
+            raise self.retry(countdown=DRAIN_RETRY_DELAY) from None
+        return busy.processed
 
 
 def drain_inbox_enqueue(project_id: int) -> None:
@@ -170,7 +186,13 @@ def sweep_inbox() -> int:
         .distinct()
         .order_by()
     )
-    return sum(inbox_drain(project_id) for project_id in list(project_ids))
+    processed = 0
+    for project_id in list(project_ids):
+        try:
+            processed += inbox_drain(project_id)
+        except DrainBusy as busy:  # being drained: the next sweep comes back to it
+            processed += busy.processed
+    return processed
 
 
 @shared_task(name="callgate.tasks.sweep_reconciling", ignore_result=True)

@@ -4,6 +4,12 @@ validation's work, poison inbox events quarantined, and drain locks taken with a
 from __future__ import annotations
 
 import time
+import uuid
+from unittest import mock, skipUnless
+
+import psycopg
+from django.contrib.auth import get_user_model
+from django.db import connection
 
 from callgate.classification import (
     MAX_REF_EXPANSION,
@@ -12,6 +18,7 @@ from callgate.classification import (
     schema_problems,
     validate_arguments,
 )
+from callgate.models import ToolContract
 from callgate.taxonomy import Reason
 from tests.factories import BaseTestCase
 
@@ -134,3 +141,119 @@ class GateEdgeTests(BaseTestCase):
         )
         self.assertEqual(response.status_code, 200, response.content)
         self.assertEqual(response.json()["reason"], "constraint_violation")
+
+
+class _WorkerKilled(BaseException):
+    """What a hard time limit or kill -9 amounts to for the drain: nothing after it runs."""
+
+
+class QuarantineTests(BaseTestCase):
+    def setUp(self):
+        from tests.callgate.test_ingest_api import WEATHER
+
+        assert (
+            self.api().put("/api/v1/tools/get_weather", WEATHER, format="json").status_code == 201
+        )
+
+    def test_a_poison_event_is_quarantined_after_failed_drains_and_the_rest_applied(self):
+        from callgate import inbox, ingest
+        from callgate.models import InboxEvent, ToolCall
+        from tests.callgate.test_inbox import validated, weather_call
+
+        events = [e for i in range(3) for e in weather_call(i)]
+        poison = events[2]["event_id"]
+        real = ingest.events_apply
+
+        def dies_on_poison(**kwargs):
+            if any(str(e.event_id) == poison for e in kwargs["events"]):
+                raise _WorkerKilled
+            return real(**kwargs)
+
+        inbox.events_receive(project=self.project, agent=self.agent, events=validated(events))
+        with mock.patch.object(inbox, "events_apply", dies_on_poison):
+            for _ in range(inbox.QUARANTINE_AFTER):
+                with self.assertRaises(_WorkerKilled):
+                    inbox.inbox_drain(self.project.pk)
+            with self.assertLogs("callgate.inbox", "ERROR"):
+                inbox.inbox_drain(self.project.pk)
+        row = InboxEvent.objects.get(event_id=poison)
+        self.assertEqual(row.status, InboxEvent.Status.QUARANTINED)
+        self.assertEqual(row.attempts, inbox.QUARANTINE_AFTER)
+        self.assertFalse(InboxEvent.objects.filter(status=InboxEvent.Status.PENDING).exists())
+        self.assertEqual(ToolCall.objects.filter(project=self.project, reason="ok").count(), 2)
+        answer = self.api().get(f"/api/v1/events/{poison}").json()
+        self.assertEqual(answer["status"], "quarantined")
+        self.assertIn("set aside", answer["errors"][0]["msg"])
+        self.assertEqual(inbox.inbox_drain(self.project.pk), 0)  # never tried again
+
+    def test_administrators_see_quarantined_rows(self):
+        from callgate.models import InboxEvent
+
+        InboxEvent.objects.create(
+            project=self.project,
+            agent=self.agent,
+            event_id=uuid.uuid4(),
+            body={"type": "attempt"},
+            status=InboxEvent.Status.QUARANTINED,
+            attempts=3,
+        )
+        admin = get_user_model().objects.create_superuser("root", password="pw-123456789")
+        self.client.force_login(admin)
+        page = self.client.get("/admin/callgate/inboxevent/?status=quarantined")
+        self.assertEqual(page.status_code, 200)
+        self.assertContains(page, "Quarantined")
+
+
+@skipUnless(connection.vendor == "postgresql", "the drain lock is a PostgreSQL advisory lock")
+class DrainLockWaitTests(BaseTestCase):
+    def test_a_held_drain_lock_is_waited_for_a_bounded_time_and_other_projects_go_on(self):
+        from callgate import inbox
+        from callgate.models import InboxEvent
+        from tests.callgate.test_inbox import validated, weather_call
+
+        for project, agent in ((self.project, self.agent), (self.other_project, self.other_agent)):
+            schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+            ToolContract.objects.create(
+                project=project, name="get_weather", version=1, parameters=schema, digest="x"
+            )
+            inbox.events_receive(project=project, agent=agent, events=validated(weather_call(1)))
+        settings = connection.settings_dict
+        with psycopg.connect(
+            host=settings["HOST"],
+            port=settings["PORT"],
+            user=settings["USER"],
+            password=settings["PASSWORD"],
+            dbname=settings["NAME"],
+            autocommit=True,
+        ) as other:  # another drainer, holding project A's lock
+            other.execute(
+                "SELECT pg_advisory_lock(%s, %s)", [inbox.DRAIN_LOCK_CLASS, self.project.pk]
+            )
+            started = time.monotonic()
+            with self.assertRaises(inbox.DrainBusy):
+                inbox.inbox_drain(self.project.pk, lock_wait=0.3)
+            self.assertLess(time.monotonic() - started, 2.0)
+            self.assertEqual(inbox.inbox_drain(self.other_project.pk, lock_wait=0.3), 2)
+            response = self.api().post(
+                "/api/v1/calls",
+                {"format": "plain", "call": {"tool": "get_weather", "arguments": {"city": "Oslo"}}},
+                format="json",
+            )
+            self.assertEqual(response.status_code, 429, response.content)
+            self.assertGreaterEqual(int(response["Retry-After"]), 1)
+            self.assertEqual(response.json()["errors"][0]["loc"], "(project)")
+        self.assertEqual(
+            InboxEvent.objects.filter(project=self.project, status="pending").count(), 3
+        )
+        self.assertEqual(inbox.inbox_drain(self.project.pk), 3)
+
+
+class DrainTaskTests(BaseTestCase):
+    def test_a_drain_task_that_finds_the_inbox_held_gives_the_worker_back_and_retries(self):
+        from celery.exceptions import Retry
+
+        from callgate import inbox, tasks
+
+        with mock.patch.object(tasks, "inbox_drain", side_effect=inbox.DrainBusy(1)):
+            with self.assertRaises(Retry):
+                tasks.drain_inbox.apply(args=[self.project.pk], throw=True).get()

@@ -292,7 +292,7 @@ class ConcurrentDrainTests(TransactionTestCase):
         def work(batch: list[dict]) -> None:
             try:
                 events_receive(project=project, agent=agent, events=validated(batch))
-                inbox_drain(project.pk)
+                inbox_drain(project.pk, lock_wait=60)  # the bounded wait is tested apart
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
             finally:
