@@ -394,13 +394,14 @@ class CallDetailApi(APIView):
     @extend_schema(
         operation_id="calls_retrieve",
         summary="A call's state, reason, route, attempts, receipt and review decision",
+        description="One of this key's agent's calls; another agent's call answers 404.",
         responses={200: CallDetail, 401: ErrorBody, 404: ErrorBody},
     )
     def get(self, request: Request, operation_id: str) -> Response:
         principal = _agent(request)
         call = (
             ToolCall.objects.select_related("contract")
-            .filter(project=principal.project, operation_id=operation_id)
+            .filter(project=principal.project, agent=principal.agent, operation_id=operation_id)
             .first()
         )
         if call is None:
@@ -423,11 +424,19 @@ class ToolRegisterApi(APIView):
         description=(
             "Idempotent: the same contract again answers 200 with the current version; a changed contract "
             "creates the next version (201). Versions are never modified. `parameters` must be a valid JSON "
-            "Schema (draft 2020-12) of an object; callgate treats undeclared properties as errors. The answer "
-            "includes the contract linter's score and findings."
+            "Schema (draft 2020-12) of an object within callgate's complexity budget; callgate treats undeclared "
+            "properties as errors. The agent that created a tool owns it: another agent registering the "
+            "identical contract gets to use it, a changed one from it answers 403 (a project admin publishes "
+            "from the contract's page). The answer includes the contract linter's score and findings."
         ),
         request=ContractIn,
-        responses={200: ContractOut, 201: ContractOut, 400: ErrorBody, 401: ErrorBody},
+        responses={
+            200: ContractOut,
+            201: ContractOut,
+            400: ErrorBody,
+            401: ErrorBody,
+            403: ErrorBody,
+        },
     )
     def put(self, request: Request, name: str) -> Response:
         principal = _agent(request)
@@ -445,6 +454,12 @@ class ToolRegisterApi(APIView):
         try:
             contract, created = services.contract_register(
                 agent=principal.agent, name=name, payload=payload
+            )
+        except services.ContractForbidden as exc:
+            return _error(
+                f"Not allowed: {exc.loc}: {exc.msg}",
+                [{"loc": exc.loc, "msg": exc.msg}],
+                code=status.HTTP_403_FORBIDDEN,
             )
         except services.ContractRejected as exc:
             return _error(

@@ -103,7 +103,7 @@ def events_receive(
         fresh[event_id] = index
         rows.append((event_id, body))
     if rows:
-        stored = _inbox_insert(project=project, agent=agent, rows=rows)
+        stored = _inbox_insert(project=project, agent=agent, rows=rows, may_decide=may_decide)
         for event_id, index in fresh.items():
             outcomes[index] = ACCEPTED if event_id in stored else DUPLICATE
     return outcomes  # type: ignore[return-value]
@@ -113,7 +113,9 @@ def events_receive(
 INSERT_ATTEMPTS = 3
 
 
-def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]) -> set[str]:
+def _inbox_insert(
+    *, project: Project, agent: Agent, rows: list[tuple[str, str]], may_decide: bool = False
+) -> set[str]:
     """Insert ``(event ID, event as JSON)`` rows, in order, unless the event ID is pending in
     the inbox already or was applied before (a ``CallEvent`` has it); returns the event IDs
     stored (canonical text). A re-sent event whose first copy the rules rejected is taken
@@ -129,7 +131,9 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]
     for attempt in range(1, INSERT_ATTEMPTS + 1):
         try:
             with transaction.atomic():
-                stored = _insert_rows(project=project, agent=agent, rows=rows)
+                stored = _insert_rows(
+                    project=project, agent=agent, rows=rows, may_decide=may_decide
+                )
                 if len(stored) < len(rows):
                     skipped = [event_id for event_id, _ in rows if event_id not in stored]
                     rejected = InboxEvent.objects.filter(
@@ -141,7 +145,10 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]
                     if retry:
                         rejected.delete()
                         stored |= _insert_rows(
-                            project=project, agent=agent, rows=[r for r in rows if r[0] in retry]
+                            project=project,
+                            agent=agent,
+                            rows=[r for r in rows if r[0] in retry],
+                            may_decide=may_decide,
                         )
                 return stored
         except OperationalError as exc:
@@ -158,7 +165,9 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]
     raise AssertionError("unreachable")
 
 
-def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]]) -> set[str]:
+def _insert_rows(
+    *, project: Project, agent: Agent, rows: list[tuple[str, str]], may_decide: bool
+) -> set[str]:
     """One insert, ``ON CONFLICT (project, event_id) DO NOTHING``, skipping applied event IDs;
     returns the event IDs stored, as canonical text (``str(uuid)``).
     PostgreSQL: one statement over the events as one JSON array (``jsonb_array_elements``;
@@ -168,7 +177,7 @@ def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]])
     meta = InboxEvent._meta
     received_at = meta.get_field("received_at").get_db_prep_value(timezone.now(), connection)
     event_id_field = meta.get_field("event_id")
-    columns = "project_id, agent_id, event_id, body, received_at, status, errors"
+    columns = "project_id, agent_id, event_id, body, received_at, status, errors, may_decide"
     with _bound_cursor() as cursor:
         if connection.vendor == "postgresql":
             # The events travel as one JSON array (one escaped string, not 2 × N parameters);
@@ -179,7 +188,7 @@ def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]])
             document = "[" + ",".join(body for _, body in rows) + "]"
             cursor.execute(
                 f"INSERT INTO {meta.db_table} ({columns}) "
-                f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, e.body, %s, %s, '[]'::jsonb "
+                f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, e.body, %s, %s, '[]'::jsonb, %s "
                 f"FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(body, n) "
                 f"WHERE (SELECT c.id FROM {CallEvent._meta.db_table} c "
                 f"       WHERE c.project_id = %s AND c.event_id = (e.body ->> 'event_id')::uuid) IS NULL "
@@ -189,6 +198,7 @@ def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]])
                     agent.pk,
                     received_at,
                     InboxEvent.Status.PENDING,
+                    may_decide,
                     document,
                     project.pk,
                 ],
@@ -213,8 +223,9 @@ def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]])
                 received_at,
                 InboxEvent.Status.PENDING,
                 "[]",
+                may_decide,
             ]
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
         cursor.execute(
             f"INSERT INTO {meta.db_table} ({columns}) VALUES {values} "
             f"ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id",
@@ -361,13 +372,21 @@ def _drain_chunk(project_id: int, *, bound: int, lock_wait: float = DRAIN_LOCK_W
         agents = Agent.objects.in_bulk({row.agent_id for row in rows})
         done, rejected = [], []
         start = 0
-        while start < len(rows):  # runs of consecutive rows from one agent, in order
+        while start < len(rows):  # runs of consecutive rows from one agent's key, in order
             end = start
-            while end < len(rows) and rows[end].agent_id == rows[start].agent_id:
+            while end < len(rows) and (rows[end].agent_id, rows[end].may_decide) == (
+                rows[start].agent_id,
+                rows[start].may_decide,
+            ):
                 end += 1
             for row, outcome in zip(
                 rows[start:end],
-                _apply_rows(project, agents[rows[start].agent_id], rows[start:end]),
+                _apply_rows(
+                    project,
+                    agents[rows[start].agent_id],
+                    rows[start:end],
+                    may_decide=rows[start].may_decide,
+                ),
                 strict=False,
             ):
                 if outcome.status == "rejected":
@@ -410,7 +429,9 @@ QUARANTINED = (
 APPLY_FAILED = "callgate could not apply this event (an internal error, logged for the operators)"
 
 
-def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[Outcome]:
+def _apply_rows(
+    project: Project, agent: Agent, rows: list[InboxEvent], *, may_decide: bool
+) -> list[Outcome]:
     """``events_apply`` over the rows' events; a row whose body no longer validates, or a
     batch that fails unexpectedly, never blocks the rows behind it."""
     outcomes: list[Outcome | None] = [None] * len(rows)
@@ -424,7 +445,7 @@ def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[
                 status="rejected", errors=[{"loc": "", "msg": str(exc)[:2000]}]
             )
     try:
-        applied = events_apply(project=project, agent=agent, events=events)
+        applied = events_apply(project=project, agent=agent, events=events, may_decide=may_decide)
     except Exception:
         logger.exception(
             "applying %d inbox events of project %s failed; applying them one by one",
@@ -434,7 +455,11 @@ def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[
         applied = []
         for event in events:
             try:
-                applied.append(events_apply(project=project, agent=agent, events=[event])[0])
+                applied.append(
+                    events_apply(
+                        project=project, agent=agent, events=[event], may_decide=may_decide
+                    )[0]
+                )
             except Exception:
                 logger.exception(
                     "inbox event %s of project %s cannot be applied", event.event_id, project.pk

@@ -149,6 +149,9 @@ class ToolContract(models.Model):
     digest = models.CharField(max_length=64)  # SHA-256 of the canonical contract body
     lint_score = models.PositiveIntegerField(default=100)
     lint_findings = models.JSONField(default=list, blank=True)
+    published_by = models.CharField(
+        max_length=200, blank=True, help_text="Who published this version: an agent or a user."
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -168,10 +171,13 @@ class ToolContract(models.Model):
 
 
 class AgentTool(models.Model):
-    """A tool name an agent registered: the set that ``unknown_tool`` checks against."""
+    """A tool name an agent registered: the set that ``unknown_tool`` checks against. The
+    agent that created the tool is its ``owner`` and may publish changed versions; an agent
+    that registered the identical contract afterwards only uses it."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tools")
     name = models.CharField(max_length=128)
+    owner = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "name"], name="agenttool_unique")]
@@ -351,6 +357,11 @@ class InboxEvent(models.Model):
     received_at = models.DateTimeField(default=timezone.now)
     status = models.CharField(max_length=11, choices=Status.choices, default=Status.PENDING)
     errors = models.JSONField(default=list, blank=True)
+    may_decide = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Sent with a can_decide key: its reconciled and receipt events may settle calls.",
+    )
     attempts = models.PositiveSmallIntegerField(
         default=0,
         db_default=0,

@@ -22,6 +22,7 @@ project_patterns = [
     path("calls/<path:operation_id>/", views.call_detail, name="call_detail"),
     path("contracts/", views.contracts, name="contracts"),
     path("contracts/<str:name>/", views.contract_detail, name="contract_detail"),
+    path("contracts/<str:name>/publish/", views.contract_publish, name="contract_publish"),
     path("agents/", views.agents, name="agents"),
     path("agents/<int:agent_id>/keys/", views.agent_key_create, name="agent_key_create"),
     path("agents/keys/<int:key_id>/revoke/", views.agent_key_revoke, name="agent_key_revoke"),

@@ -114,7 +114,7 @@ class E2ETestCase(TransactionTestCase):
             self.client.register_tool(name, **specs[name])
         self.follow_up = follow_up_tool(self.sim_http)
 
-    def make_client(self, **kwargs) -> CallgateClient:
+    def make_client(self, *, key: str | None = None, **kwargs) -> CallgateClient:
         options = dict(
             transport=self.callgate,
             flush_interval=None,
@@ -126,7 +126,7 @@ class E2ETestCase(TransactionTestCase):
             poll_interval=1,
         )
         options.update(kwargs)
-        client = CallgateClient("http://localhost", self.key, **options)
+        client = CallgateClient("http://localhost", key or self.key, **options)
         self.addCleanup(client.close, flush=False)
         return client
 
@@ -273,14 +273,19 @@ class AgentScenarioTests(E2ETestCase):
         self.sim.fail_next("timeout_after_write")
         self.sim.fail_next("unavailable", count=10, on="lookup")
         confirmations = []
+        # only a trusted source settles a call callgate reconciles itself (issue 16): the
+        # runtime's key with can_decide, not the agent's own
+        (self.buffer_dir / "runtime").mkdir()
+        runtime = self.make_client(
+            key=api_key_issue(agent=self.agent, can_decide=True).plain,
+            buffer_dir=self.buffer_dir / "runtime",
+        )
 
         def target_confirms_late():
             op = ToolCall.objects.get(project=self.project).operation_id
             receipt = self.sim.operation("acme", op)["receipt"]
             confirmations.append(
-                self.client.report_now(
-                    self.client.event("receipt", operation_id=op, result=receipt)
-                )
+                runtime.report_now(runtime.event("receipt", operation_id=op, result=receipt))
             )
 
         self.time.on_sleep.append(target_confirms_late)
