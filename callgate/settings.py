@@ -290,6 +290,12 @@ CELERY_BEAT_SCHEDULE: dict = {
         "options": {"expires": 3600},
     },
     # reviews: lapse claims whose lease ran out, expire approval items past their timeout
+    # reviews: decisions whose webhook delivery is overdue in the outbox (a lost task)
+    "webhook-outbox-sweep": {
+        "task": "reviews.tasks.sweep_webhooks",
+        "schedule": 30.0,
+        "options": {"expires": 30},
+    },
     "reviews-housekeeping": {
         "task": "reviews.tasks.review_housekeeping",
         "schedule": 30.0,

@@ -13,7 +13,7 @@ Decisions change the CALL only through the core's ``callgate.services.call_apply
 from __future__ import annotations
 
 import logging
-import uuid
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -25,7 +25,7 @@ from django.utils import timezone
 from callgate import services as core_services
 from callgate.lifecycle import IllegalTransition
 from callgate.models import Membership, ToolCall, ToolContract
-from reviews.models import ReviewAudit, ReviewItem
+from reviews.models import ReviewAudit, ReviewItem, WebhookOutbox
 from reviews.selectors import absent_reconciliations
 
 logger = logging.getLogger(__name__)
@@ -775,16 +775,118 @@ def review_items_bulk(
 
 
 def _enqueue_webhook(*, item: ReviewItem, call: ToolCall) -> None:
-    """On commit, deliver the call's decision to its agent's webhook (if it has one)."""
-    agent = call.agent
-    if not agent.webhook_url:
+    """In the decision's transaction: add the call's decision to the webhook outbox (if its
+    agent has a webhook); on commit, ask a worker to deliver it. A broker that cannot be
+    reached loses nothing and fails nothing: the sweeper delivers the row later."""
+    if not call.agent.webhook_url:
         return
-    delivery_id = str(uuid.uuid4())
-    item_pk, call_pk = item.pk, call.pk
+    row = WebhookOutbox.objects.create(project_id=call.project_id, item=item, call=call)
+    delivery_id = str(row.delivery_id)
+    transaction.on_commit(lambda: webhook_deliver_enqueue(delivery_id))
 
-    def send() -> None:
-        from reviews.tasks import webhook_deliver
 
-        webhook_deliver.delay(call_pk, item_pk, delivery_id)
+def webhook_deliver_enqueue(delivery_id: str) -> None:
+    """Enqueue ``webhook_deliver``; logs (never raises) when the broker is unreachable."""
+    from reviews.tasks import webhook_deliver
 
-    transaction.on_commit(send)
+    try:
+        webhook_deliver.delay(delivery_id)
+    except Exception:
+        logger.warning(
+            "could not enqueue webhook delivery %s; the sweeper will deliver it",
+            delivery_id,
+            exc_info=True,
+        )
+
+
+@dataclass(frozen=True)
+class WebhookAttempt:
+    """What one ``webhook_attempt`` did: ``outcome`` is ``delivered``, ``failed`` (tried
+    again after ``retry_in`` seconds), ``given_up``, or ``skipped`` (delivered before, given
+    up, or being sent by another worker right now)."""
+
+    outcome: str
+    retry_in: float | None = None
+
+
+def webhook_attempt(*, delivery_id: str) -> WebhookAttempt:
+    """Send one outbox row's decision once, holding the row (``SELECT … FOR UPDATE SKIP
+    LOCKED``, so two workers never send it at once), log the attempt as a
+    ``WebhookDelivery`` and schedule the next one: full-jitter exponential backoff,
+    ``uniform(0, WEBHOOK_BACKOFF_BASE * 2**(attempt - 1))`` seconds, at most
+    ``WEBHOOK_MAX_ATTEMPTS`` attempts. Never raises for what the receiver does."""
+    import random
+
+    import httpx
+
+    from reviews import webhooks
+    from reviews.models import WebhookDelivery
+
+    with transaction.atomic():
+        row = (
+            WebhookOutbox.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("call__agent", "call__decided_by")
+            .filter(delivery_id=delivery_id, delivered_at=None, given_up_at=None)
+            .first()
+        )
+        if row is None:
+            return WebhookAttempt("skipped")
+        call, agent = row.call, row.call.agent
+        if not agent.webhook_url:
+            row.given_up_at, row.last_error = timezone.now(), "the agent has no webhook URL now"
+            row.save(update_fields=["given_up_at", "last_error"])
+            return WebhookAttempt("given_up")
+        payload = webhooks.webhook_payload(
+            call=call, item_pk=row.item_id, delivery_id=str(row.delivery_id)
+        )
+        started = time.monotonic()
+        status_code, error = None, ""
+        try:
+            response = webhooks.webhook_post(
+                url=agent.webhook_url, secret=agent.webhook_secret, payload=payload
+            )
+            status_code = response.status_code
+            if not 200 <= status_code < 300:
+                error = f"HTTP {status_code}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"[:1000]
+        now = timezone.now()
+        row.attempts += 1
+        WebhookDelivery.objects.create(
+            project_id=row.project_id,
+            item_id=row.item_id,
+            call=call,
+            agent=agent,
+            delivery_id=row.delivery_id,
+            attempt=row.attempts,
+            url=agent.webhook_url,
+            status_code=status_code,
+            error=error,
+            ok=not error,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+        row.last_error = error
+        if not error:
+            row.delivered_at, outcome, retry_in = now, "delivered", None
+        elif row.attempts >= webhooks.WEBHOOK_MAX_ATTEMPTS:
+            row.given_up_at, outcome, retry_in = now, "given_up", None
+            logger.warning("webhook %s given up after %d attempts", delivery_id, row.attempts)
+        else:
+            retry_in = random.uniform(0, webhooks.WEBHOOK_BACKOFF_BASE * 2 ** (row.attempts - 1))
+            row.next_attempt_at, outcome = now + timedelta(seconds=retry_in), "failed"
+        row.save()
+        return WebhookAttempt(outcome, retry_in)
+
+
+def webhook_outbox_overdue(*, grace: timedelta, limit: int) -> list[str]:
+    """Delivery IDs of undelivered outbox rows whose next attempt is more than ``grace``
+    overdue (the task that should have sent them was lost), oldest first."""
+    due = timezone.now() - grace
+    return [
+        str(delivery_id)
+        for delivery_id in WebhookOutbox.objects.filter(
+            delivered_at=None, given_up_at=None, next_attempt_at__lt=due
+        )
+        .order_by("next_attempt_at")
+        .values_list("delivery_id", flat=True)[:limit]
+    ]
