@@ -30,6 +30,7 @@ from callgate.inbox import (
     event_answer,
     events_receive,
     inbox_drain,
+    inbox_over_limit,
 )
 from callgate.ingest import call_answer
 from callgate.models import ToolCall
@@ -89,6 +90,14 @@ def _too_busy(message: str, *, retry_after: float) -> Response:
     )
     response["Retry-After"] = str(seconds)
     return response
+
+
+def _inbox_full(wait: float) -> Response:
+    return _too_busy(
+        "The project's inbox holds more events than callgate can apply in time; nothing was "
+        "stored. Send again after Retry-After seconds.",
+        retry_after=wait,
+    )
 
 
 def _agent(request: Request) -> AgentPrincipal:
@@ -184,6 +193,7 @@ class EventsIngestApi(APIView):
             400: ErrorBody,
             401: ErrorBody,
             413: ErrorBody,
+            429: ErrorBody,
         },
         examples=[
             OpenApiExample(
@@ -204,6 +214,8 @@ class EventsIngestApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = _agent(request)
+        if (wait := inbox_over_limit(principal.project)) is not None:
+            return _inbox_full(wait)
         too_large: list = []  # numbers too large to read refuse their item, not the batch
         body = _json_body(request, too_large=too_large)
         items = body if isinstance(body, list) else [body]
@@ -309,6 +321,8 @@ class GateCheckApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = _agent(request)
+        if (wait := inbox_over_limit(principal.project)) is not None:
+            return _inbox_full(wait)
         body = _json_body(request, limit=1024 * 1024)
         try:
             gate = GateRequest.model_validate(body)

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -43,6 +44,25 @@ DRAIN_CHUNK = 500
 #: First key of the PostgreSQL advisory lock that serialises one project's drain (the
 #: second key is the project's ID). Any fixed 32-bit number unused elsewhere.
 DRAIN_LOCK_CLASS = 0x63676174  # "cgat"
+
+
+def inbox_over_limit(project: Project) -> float | None:
+    """Backpressure: seconds an agent should wait before sending this project more work
+    (the ``Retry-After`` of a 429, RFC 9110 §10.2.3), or ``None`` while the project's
+    pending inbox holds fewer than ``settings.CALLGATE_INBOX_LIMIT`` events. Work accepted
+    past that could not be applied in time: ``POST /api/v1/events``, the gate and the OTLP
+    receiver refuse it instead. The count is bounded (it stops at the limit: one index
+    range, however long the backlog). A limit of 0 turns the check off."""
+    limit = settings.CALLGATE_INBOX_LIMIT
+    if not limit:
+        return None
+    pending = (
+        InboxEvent.objects.filter(project=project, status=InboxEvent.Status.PENDING)
+        .order_by()
+        .values("pk")[:limit]
+        .count()
+    )
+    return float(settings.CALLGATE_INBOX_RETRY_AFTER) if pending >= limit else None
 
 
 def events_receive(

@@ -206,7 +206,24 @@ class CallgateError(Exception):
 
 
 class CallgateUnavailable(Exception):
-    """callgate could not be reached, or answered 5xx/429."""
+    """callgate could not be reached, or answered 5xx/429. ``retry_after``: the seconds its
+    ``Retry-After`` header asked to wait (backpressure), when it sent one."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+#: The longest ``Retry-After`` the gate check waits out before trying once more (seconds).
+GATE_RETRY_AFTER_LIMIT = 30.0
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds (RFC 9110 §10.2.3, the delay-seconds form), or None."""
+    try:
+        return max(0.0, float(response.headers.get("Retry-After", "")))
+    except ValueError:
+        return None
 
 
 class ToolFailure(Exception):
@@ -625,6 +642,7 @@ class CallgateClient:
         self.tools: dict[str, _ToolInfo] = {}
         self.breakers: dict[str, CircuitBreaker] = {}
         self._flush_lock = threading.Lock()
+        self._flush_not_before = 0.0  # clock() before which flush() does not send (Retry-After)
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -667,7 +685,10 @@ class CallgateClient:
         except httpx.HTTPError as exc:
             raise CallgateUnavailable(f"{method} {path}: {exc.__class__.__name__}: {exc}") from exc
         if response.status_code in _UNAVAILABLE_STATUSES or response.status_code >= 500:
-            raise CallgateUnavailable(f"{method} {path}: HTTP {response.status_code}")
+            raise CallgateUnavailable(
+                f"{method} {path}: HTTP {response.status_code}",
+                retry_after=_retry_after(response),
+            )
         if response.status_code >= 400:
             try:
                 data = response.json()
@@ -766,6 +787,8 @@ class CallgateClient:
 
         Returns the ``CallAnswer`` (verdict, operation ID, observation). Raises
         ``CallgateUnavailable`` when callgate cannot be reached, ``CallgateError`` on 4xx.
+        A 429 with ``Retry-After`` (the project's inbox is full) is waited out once, up to
+        ``GATE_RETRY_AFTER_LIMIT`` seconds, and the same check (same ``event_id``) sent again.
         """
         body = _drop_none(
             {
@@ -780,7 +803,14 @@ class CallgateClient:
                 "occurred_at": now_rfc3339(),
             }
         )
-        return CallAnswer.model_validate(self._request("POST", "/api/v1/calls", body).json())
+        try:
+            response = self._request("POST", "/api/v1/calls", body)
+        except CallgateUnavailable as exc:
+            if exc.retry_after is None or exc.retry_after > GATE_RETRY_AFTER_LIMIT:
+                raise
+            self.sleep(exc.retry_after)
+            response = self._request("POST", "/api/v1/calls", body)
+        return CallAnswer.model_validate(response.json())
 
     def get_call(self, operation_id: str) -> CallAnswer:
         """callgate's current answer about an operation: ``GET /api/v1/calls/{operation_id}``."""
@@ -864,6 +894,8 @@ class CallgateClient:
         """
         delivered = 0
         with self._flush_lock:
+            if self.clock() < self._flush_not_before:  # callgate asked to wait (Retry-After)
+                return delivered
             size = self.batch_size
             while True:
                 batch = self.buffer.peek(size)
@@ -875,6 +907,8 @@ class CallgateClient:
                     logger.info(
                         "callgate unavailable, %d event(s) stay buffered: %s", len(self.buffer), exc
                     )
+                    if exc.retry_after is not None:
+                        self._flush_not_before = self.clock() + exc.retry_after
                     return delivered
                 except CallgateError as exc:
                     if exc.status_code in (401, 403):

@@ -317,6 +317,10 @@ CALLGATE_RECONCILE_AUTH_ORIGINS = env_list("CALLGATE_RECONCILE_AUTH_ORIGINS", []
 #: Origins reconcile look-ups may go to. Empty: any origin whose host has only public
 #: addresses (plus the AUTH origins above); loopback, private and link-local are refused.
 CALLGATE_RECONCILE_ORIGINS = env_list("CALLGATE_RECONCILE_ORIGINS", [])
+#: Backpressure: pending inbox events per project past which POST /api/v1/events and the gate
+#: answer 429 with Retry-After (0: no limit), and the seconds that Retry-After says.
+CALLGATE_INBOX_LIMIT = env_int("CALLGATE_INBOX_LIMIT", 20_000)
+CALLGATE_INBOX_RETRY_AFTER = env_int("CALLGATE_INBOX_RETRY_AFTER", 5, minimum=1)
 CALLGATE_RECONCILE_TIMEOUT = env_int("CALLGATE_RECONCILE_TIMEOUT", 5, minimum=1)  # seconds
 CALLGATE_REVIEW_CLAIM_LEASE = env_int("CALLGATE_REVIEW_CLAIM_LEASE", 15 * 60, minimum=60)  # seconds
 
