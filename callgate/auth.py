@@ -21,6 +21,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from callgate.models import Agent, ApiKey
+from callgate.throttling import auth_failure_record, auth_failures_check
 
 KEY_PATTERN = re.compile(r"^cg_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
 #: last_used_at is written at most this often per key (seconds), to keep the hot path cheap.
@@ -99,7 +100,8 @@ class AgentPrincipal:
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     """``Authorization: Bearer cg_…``. Sets ``request.user`` to an ``AgentPrincipal`` and
     ``request.auth`` to the ``ApiKey``. A malformed or unknown key is a 401 with a message
-    that says which; no header at all falls through to the next authenticator."""
+    that says which; no header at all falls through to the next authenticator. An address
+    with ``CALLGATE_AUTH_FAILURES_PER_MINUTE`` failed keys in a minute gets 429 (guessing)."""
 
     keyword = "Bearer"
 
@@ -119,11 +121,14 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
                 "Authorization header must be 'Bearer <api key>'."
             )
         if not KEY_PATTERN.match(parts[1]):
+            auth_failure_record(request)
             raise exceptions.AuthenticationFailed(
                 "Malformed API key: expected 'cg_<8 hex>_<43 characters>'."
             )
+        auth_failures_check(request)
         api_key = api_key_verify(parts[1])
         if api_key is None:
+            auth_failure_record(request)
             raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
         return AgentPrincipal(api_key), api_key
 

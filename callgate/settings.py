@@ -9,6 +9,7 @@ accepted for secrets. Test-only overrides live in ``tests/conftest.py``.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -106,6 +107,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
+    "axes",
     "callgate",
     "reviews",
 ]
@@ -126,7 +128,21 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "callgate.throttling.RateLimitHeadersMiddleware",
+    # last: django-axes locks out repeated failed logins (AXES_* below)
+    "axes.middleware.AxesMiddleware",
 ]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+#: django-axes: after CALLGATE_LOGIN_FAILURE_LIMIT wrong passwords for one user name from
+#: one address, that pair is locked out for CALLGATE_LOGIN_COOLOFF_MINUTES (answer 429).
+AXES_FAILURE_LIMIT = env_int("CALLGATE_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CALLGATE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
 
 ROOT_URLCONF = "callgate.urls"
 WSGI_APPLICATION = "callgate.wsgi.application"
@@ -230,6 +246,10 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "callgate.api.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "callgate.throttling.ApiKeyRateThrottle",
+        "callgate.throttling.ProjectRateThrottle",
+    ],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -265,6 +285,22 @@ CELERY_TASK_TIME_LIMIT = 300  # seconds; below the Redis visibility timeout
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_SERIALIZER = "json"
+#: Django's cache (API throttles, login lockouts): shared by every web worker, so Redis in
+#: production (CACHE_URL, else a redis:// broker URL); in-process memory in the embedded default.
+CACHE_URL = env_str("CACHE_URL") or (
+    CELERY_BROKER_URL if (CELERY_BROKER_URL or "").startswith(("redis://", "rediss://")) else None
+)
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": "callgate",
+        }
+        if CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BEAT_SCHEDULE: dict = {
     # periodic jobs of callgate.tasks; each is idempotent and bounded per run ("expires": a
@@ -317,6 +353,11 @@ CALLGATE_RECONCILE_AUTH_ORIGINS = env_list("CALLGATE_RECONCILE_AUTH_ORIGINS", []
 #: Origins reconcile look-ups may go to. Empty: any origin whose host has only public
 #: addresses (plus the AUTH origins above); loopback, private and link-local are refused.
 CALLGATE_RECONCILE_ORIGINS = env_list("CALLGATE_RECONCILE_ORIGINS", [])
+#: API throttles (DRF rates "<n>/<second|minute|hour|day>"): per key, per project, and failed
+#: key look-ups per client address and minute (0: off). Counted in the shared cache.
+CALLGATE_THROTTLE_KEY = env_str("CALLGATE_THROTTLE_KEY") or "6000/min"
+CALLGATE_THROTTLE_PROJECT = env_str("CALLGATE_THROTTLE_PROJECT") or "30000/min"
+CALLGATE_AUTH_FAILURES_PER_MINUTE = env_int("CALLGATE_AUTH_FAILURES_PER_MINUTE", 30)
 #: Backpressure: pending inbox events per project past which POST /api/v1/events and the gate
 #: answer 429 with Retry-After (0: no limit), and the seconds that Retry-After says.
 CALLGATE_INBOX_LIMIT = env_int("CALLGATE_INBOX_LIMIT", 20_000)

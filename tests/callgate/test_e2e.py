@@ -29,6 +29,7 @@ import pytest
 from django.core.management import call_command
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections, connection
+from django.http import HttpRequest
 from django.test import LiveServerTestCase, TransactionTestCase, override_settings
 
 from callgate.auth import api_key_issue
@@ -419,7 +420,11 @@ class DemoFleetTests(TransactionTestCase):
         assert ReviewItem.objects.filter(call__project=project, status="open").count() >= 5
         assert CallRollup.objects.filter(project=project).exists()
         self.assertTrue(
-            self.client.login(username="operator", password=text.split("operator / ")[1].split()[0])
+            self.client.login(
+                request=HttpRequest(),
+                username="operator",
+                password=text.split("operator / ")[1].split()[0],
+            )
         )
         self.assert_no_second_write(sim)
 
