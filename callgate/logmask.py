@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import re
 
+from gunicorn.glogging import Logger
+
 _KEY_IN_TEXT = re.compile(r"cg_[0-9a-f]{8}_[A-Za-z0-9_-]{43}")
 
 
@@ -24,3 +26,16 @@ class MaskApiKeysFilter(logging.Filter):
         if masked != message:
             record.msg, record.args = masked, None
         return True
+
+
+class GunicornLogger(Logger):
+    """gunicorn's logger with every access-log atom masked: the request line (``%(r)s``),
+    path, query string, headers (``{name}i``), environment (``{name}e``), referrer, in
+    whatever ``access_log_format`` is set. gunicorn runs with
+    ``--logger-class callgate.logmask.GunicornLogger`` (Dockerfile, docker-compose.yml)."""
+
+    def atoms(self, resp, req, environ, request_time):
+        return {
+            name: mask_api_keys(value) if isinstance(value, str) else value
+            for name, value in super().atoms(resp, req, environ, request_time).items()
+        }

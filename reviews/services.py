@@ -363,13 +363,33 @@ def review_item_release(*, item: ReviewItem, user) -> ReviewItem:
     return item
 
 
+def no_such_operator(username: str) -> str:
+    """The one error for an assignee who is not an operator of this project: whether the
+    user exists elsewhere (another tenant) or at all is not told."""
+    return f"No operator {username!r} in this project."
+
+
+def operator_by_username(*, project_id: int, username: str):
+    """The user ``username`` when an operator (or more) of the project, else None."""
+    membership = (
+        Membership.objects.select_related("user")
+        .filter(project_id=project_id, user__username=username)
+        .first()
+    )
+    if membership is None or not membership.has_role(Membership.Role.OPERATOR):
+        return None
+    return membership.user
+
+
 def review_item_assign(*, item: ReviewItem, user, assignee) -> ReviewItem:
     """Assign an open (or lapsed, or own) item to ``assignee``, an operator of the item's
     project; ``assignee=None`` unassigns. Raises ReviewError for a non-operator."""
     if assignee is not None:
-        membership = Membership.objects.filter(user=assignee, project_id=item.project_id).first()
-        if membership is None or not membership.has_role(Membership.Role.OPERATOR):
-            raise ReviewError("Items can only be assigned to operators of this project.")
+        if (
+            operator_by_username(project_id=item.project_id, username=assignee.get_username())
+            is None
+        ):
+            raise ReviewError(no_such_operator(assignee.get_username()))
     now = timezone.now()
     with transaction.atomic():
         if assignee is None:
