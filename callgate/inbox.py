@@ -287,7 +287,9 @@ class DrainBusy(Exception):
     processed = 0
 
 
-def inbox_drain(project_id: int, *, lock_wait: float = DRAIN_LOCK_WAIT) -> int:
+def inbox_drain(
+    project_id: int, *, lock_wait: float = DRAIN_LOCK_WAIT, time_budget: float | None = None
+) -> int:
     """Apply the project's pending inbox events received so far (up to the newest pending row
     when called), in arrival order, ``DRAIN_CHUNK`` per transaction; returns how many rows it
     processed (applied, rejected or quarantined). Bounded: rows received after the call are
@@ -300,7 +302,10 @@ def inbox_drain(project_id: int, *, lock_wait: float = DRAIN_LOCK_WAIT) -> int:
     stay pending for a later drain: the task tries again, the sweep picks them up).
     Before a chunk is applied its rows' ``attempts`` are counted in a committed transaction,
     so a drain that dies with them leaves them counted: such rows are then applied one at a
-    time, and one counted ``QUARANTINE_AFTER`` times is quarantined instead of applied."""
+    time, and one counted ``QUARANTINE_AFTER`` times is quarantined instead of applied.
+
+    ``time_budget`` (seconds) stops it after the chunk that used the budget up, so a worker
+    turns to other projects' work in between (the drain task enqueues itself again)."""
     bound = (
         InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING)
         .order_by("-id")
@@ -308,12 +313,15 @@ def inbox_drain(project_id: int, *, lock_wait: float = DRAIN_LOCK_WAIT) -> int:
         .first()
     )
     processed = 0
+    deadline = time.monotonic() + time_budget if time_budget is not None else None
     try:
         while bound is not None:
             done = _drain_chunk(project_id, bound=bound, lock_wait=lock_wait)
             if not done:
                 break
             processed += done
+            if deadline is not None and time.monotonic() > deadline:
+                break
     except DrainBusy as busy:
         busy.processed = processed
         raise
@@ -326,14 +334,15 @@ _local_locks: dict[int, threading.Lock] = {}
 
 @contextmanager
 def _drain_lock(project_id: int, *, wait: float) -> Iterator[None]:
-    """Inside a transaction: hold the project's drain lock until the transaction ends.
-    Raises ``DrainBusy`` when it is not free within ``wait`` seconds."""
+    """Hold the project's drain lock (PostgreSQL: a session-level advisory lock, released on
+    exit or when the connection dies; elsewhere a process lock) across the transactions of
+    one chunk. Raises ``DrainBusy`` when it is not free within ``wait`` seconds."""
     if connection.vendor == "postgresql":
         deadline, pause = time.monotonic() + wait, 0.01
         with connection.cursor() as cursor:
             while True:
                 cursor.execute(
-                    "SELECT pg_try_advisory_xact_lock(%s, %s)", [DRAIN_LOCK_CLASS, project_id]
+                    "SELECT pg_try_advisory_lock(%s, %s)", [DRAIN_LOCK_CLASS, project_id]
                 )
                 if cursor.fetchone()[0]:
                     break
@@ -341,7 +350,11 @@ def _drain_lock(project_id: int, *, wait: float) -> Iterator[None]:
                     raise DrainBusy(project_id)
                 time.sleep(pause)
                 pause = min(pause * 2, 0.2)
-        yield  # released when the transaction ends
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [DRAIN_LOCK_CLASS, project_id])
         return
     with _local_locks_guard:
         lock = _local_locks.setdefault(project_id, threading.Lock())
@@ -354,12 +367,18 @@ def _drain_lock(project_id: int, *, wait: float) -> Iterator[None]:
 
 
 def _drain_chunk(project_id: int, *, bound: int, lock_wait: float = DRAIN_LOCK_WAIT) -> int:
-    """Apply up to ``DRAIN_CHUNK`` pending rows with ``id <= bound``: their ``attempts``
-    counted in one transaction, then applied in another; how many were processed. A fixed
+    """Apply up to ``DRAIN_CHUNK`` pending rows with ``id <= bound``, holding the project's
+    drain lock: their ``attempts`` counted in one transaction, then applied in another (a
+    drainer that cannot get the lock counts nothing); how many were processed. A fixed
     number of queries per chunk and per run of one agent's rows. A rejected row keeps its
     body with obvious secrets and the project's sensitive fields redacted (``redact``), like
     a stored ``CallEvent``."""
-    with transaction.atomic(), _drain_lock(project_id, wait=lock_wait):
+    with _drain_lock(project_id, wait=lock_wait):
+        return _drain_chunk_locked(project_id, bound=bound)
+
+
+def _drain_chunk_locked(project_id: int, *, bound: int) -> int:
+    with transaction.atomic():
         head = list(
             InboxEvent.objects.filter(
                 project_id=project_id, status=InboxEvent.Status.PENDING, id__lte=bound
@@ -382,7 +401,7 @@ def _drain_chunk(project_id: int, *, bound: int, lock_wait: float = DRAIN_LOCK_W
                     break
                 ids.append(row_id)
         InboxEvent.objects.filter(pk__in=ids).update(attempts=F("attempts") + 1)
-    with transaction.atomic(), _drain_lock(project_id, wait=lock_wait):
+    with transaction.atomic():
         rows = list(
             InboxEvent.objects.filter(pk__in=ids, status=InboxEvent.Status.PENDING).order_by("id")
         )
@@ -499,6 +518,14 @@ def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
     (``answer``: the ``CallAnswer`` as this event left the call: its reason, category, route,
     verdict, observation and the state it moved the call to; attempts, receipt and decision
     are the call's now; ``GET /api/v1/calls/{operation_id}`` has where the call stands now)."""
+    for _ in range(2):  # a drain may apply the row between the two look-ups: look again
+        found = _event_answer_once(project, event_id)
+        if found is not None:
+            return found
+    return None
+
+
+def _event_answer_once(project: Project, event_id: uuid.UUID) -> dict | None:
     event = (
         CallEvent.objects.select_related("call__contract")
         .filter(project=project, event_id=event_id)

@@ -26,6 +26,7 @@ import random
 from datetime import timedelta
 
 from celery import shared_task
+from django.core.cache import cache
 from django.utils import timezone
 
 from callgate.inbox import DrainBusy, inbox_drain
@@ -144,31 +145,57 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
 #: (then ``sweep_inbox`` takes over), DRAIN_RETRY_DELAY seconds apart.
 DRAIN_RETRIES = 5
 DRAIN_RETRY_DELAY = 1.0
+#: Seconds one ``drain_inbox`` run spends on a project before it queues itself again behind
+#: the other projects' tasks: a worker serves projects in turn, never one backlog to the end.
+DRAIN_TASK_SECONDS = 1.0
+#: Seconds a drain task waits for another drainer of its project before it retries later:
+#: short, as the drainer holding the project's inbox applies what this one would have.
+DRAIN_TASK_LOCK_WAIT = 0.1
+#: How long the "a drain of this project is queued" mark lives (seconds): enqueues while it
+#: stands are dropped (one queued drain per project; a lost one is replaced after this).
+DRAIN_QUEUED_TTL = 60
+
+
+def _drain_queued_key(project_id: int) -> str:
+    return f"callgate:drain-queued:{project_id}"
 
 
 @shared_task(
     bind=True, name="callgate.tasks.drain_inbox", ignore_result=True, max_retries=DRAIN_RETRIES
 )
 def drain_inbox(self, project_id: int) -> int:
-    """Apply the project's pending inbox events in order; returns rows processed. Safe to run
-    twice at once or again: drainers of one project take turns, one chunk at a time. A drain
-    that finds the project's inbox held past ``inbox.DRAIN_LOCK_WAIT`` gives the worker back
-    and tries again later (Celery's retry), so one project's backlog never holds a worker
-    that another project's events wait for."""
+    """Apply the project's pending inbox events in order, for up to ``DRAIN_TASK_SECONDS``;
+    returns rows processed. Safe to run twice at once or again: drainers of one project take
+    turns, one chunk at a time. Per-project fairness: a run that leaves events pending queues
+    a new run behind the other projects' tasks, and a drain that finds the project's inbox
+    held past ``inbox.DRAIN_LOCK_WAIT`` gives the worker back and tries again later
+    (Celery's retry), so one project's backlog never holds the workers another waits for."""
+    cache.delete(_drain_queued_key(project_id))  # events arriving from now on queue a new run
     try:
-        return inbox_drain(project_id)
+        processed = inbox_drain(
+            project_id, lock_wait=DRAIN_TASK_LOCK_WAIT, time_budget=DRAIN_TASK_SECONDS
+        )
     except DrainBusy as busy:
         if self.request.retries < self.max_retries:
             raise self.retry(countdown=DRAIN_RETRY_DELAY) from None
         return busy.processed
+    if InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING).exists():
+        drain_inbox_enqueue(project_id)
+    return processed
 
 
 def drain_inbox_enqueue(project_id: int) -> None:
-    """Enqueue ``drain_inbox`` for events already stored and committed. A broker that cannot
-    be reached loses nothing: the rows wait in the inbox for ``sweep_inbox``."""
+    """Enqueue ``drain_inbox`` for events already stored and committed, unless a run of this
+    project is queued already (one per project: a burst of batches queues one task, not one
+    per batch). A broker that cannot be reached loses nothing: the rows wait in the inbox for
+    ``sweep_inbox``."""
+    key = _drain_queued_key(project_id)
+    if not cache.add(key, 1, timeout=DRAIN_QUEUED_TTL):
+        return
     try:
         drain_inbox.delay(project_id)
     except Exception:
+        cache.delete(key)
         logger.warning(
             "could not enqueue drain_inbox(%s); the inbox sweep will apply the events",
             project_id,

@@ -234,6 +234,15 @@ class DrainLockWaitTests(BaseTestCase):
                 inbox.inbox_drain(self.project.pk, lock_wait=0.3)
             self.assertLess(time.monotonic() - started, 2.0)
             self.assertEqual(inbox.inbox_drain(self.other_project.pk, lock_wait=0.3), 2)
+            # a drainer that could not get the lock counted no attempt (no false quarantine)
+            self.assertEqual(
+                set(
+                    InboxEvent.objects.filter(project=self.project).values_list(
+                        "attempts", flat=True
+                    )
+                ),
+                {0},
+            )
             response = self.api().post(
                 "/api/v1/calls",
                 {"format": "plain", "call": {"tool": "get_weather", "arguments": {"city": "Oslo"}}},
@@ -257,3 +266,48 @@ class DrainTaskTests(BaseTestCase):
         with mock.patch.object(tasks, "inbox_drain", side_effect=inbox.DrainBusy(1)):
             with self.assertRaises(Retry):
                 tasks.drain_inbox.apply(args=[self.project.pk], throw=True).get()
+
+
+class DrainFairnessTests(BaseTestCase):
+    """One queued drain per project; a drain run is bounded in time and queues itself again
+    behind other projects' tasks (the ~1,500 redundant drain tasks after a burst)."""
+
+    def setUp(self):
+        from django.core.cache import cache
+
+        from callgate import tasks
+
+        self.key = tasks._drain_queued_key(self.project.pk)
+        cache.delete(self.key)
+        self.addCleanup(cache.delete, self.key)
+
+    def test_a_burst_queues_one_drain_per_project(self):
+        from callgate import tasks
+
+        with mock.patch.object(tasks.drain_inbox, "delay") as delay:
+            for _ in range(5):
+                tasks.drain_inbox_enqueue(self.project.pk)
+            self.assertEqual(delay.call_count, 1)
+            tasks.drain_inbox.apply(args=[self.project.pk]).get()  # the run clears the mark
+            tasks.drain_inbox_enqueue(self.project.pk)
+            self.assertEqual(delay.call_count, 2)
+
+    def test_a_run_over_its_time_budget_queues_the_rest_behind_other_work(self):
+        from callgate import inbox, tasks
+        from callgate.models import InboxEvent
+        from tests.callgate.test_inbox import validated, weather_call
+        from tests.callgate.test_ingest_api import WEATHER
+
+        self.api().put("/api/v1/tools/get_weather", WEATHER, format="json")
+        events = [e for i in range(6) for e in weather_call(i)]
+        inbox.events_receive(project=self.project, agent=self.agent, events=validated(events))
+        with (
+            mock.patch.object(inbox, "DRAIN_CHUNK", 4),
+            mock.patch.object(tasks, "DRAIN_TASK_SECONDS", 0.0),
+            mock.patch.object(tasks.drain_inbox, "delay") as delay,
+        ):
+            self.assertEqual(tasks.drain_inbox.apply(args=[self.project.pk]).get(), 4)
+        delay.assert_called_once_with(self.project.pk)
+        self.assertEqual(
+            InboxEvent.objects.filter(project=self.project, status="pending").count(), 8
+        )
