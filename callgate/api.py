@@ -31,6 +31,7 @@ from callgate.inbox import (
     events_receive,
     inbox_drain,
     inbox_over_limit,
+    proposal_reused,
 )
 from callgate.ingest import call_answer
 from callgate.models import ToolCall
@@ -346,6 +347,12 @@ class GateCheckApi(APIView):
         )
         if received.status == "rejected":
             return _error(f"Invalid gate request: {received.errors[0]['msg']}", received.errors)
+        if received.status == "duplicate" and proposal_reused(principal.project, event):
+            return _error(
+                "This event_id was already used for another call; send a new one.",
+                [{"loc": "event_id", "msg": "already used for another tool or other arguments"}],
+                code=status.HTTP_409_CONFLICT,
+            )
         try:
             inbox_drain(principal.project.pk)
         except DrainBusy:  # its own event stays pending: answered below

@@ -7,6 +7,7 @@ through ``callgate.ingest.events_apply``'s batch engine. ``event_answer`` is wha
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -25,6 +26,7 @@ from callgate.ingest import (
     ACCEPTED,
     DECISION_TYPES,
     DUPLICATE,
+    TOOL_NAME_LENGTH,
     VERDICT_FOR_ROUTE,
     Outcome,
     call_answer,
@@ -32,9 +34,10 @@ from callgate.ingest import (
     retry_after,
 )
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall, ToolContract
+from callgate.providers import normalise
 from callgate.schemas import EVENT_ADAPTER, MAX_CLOCK_SKEW
 from callgate.taxonomy import Route
-from callgate.wire import redact
+from callgate.wire import canonical_json, redact
 
 S = ToolCall.State
 logger = logging.getLogger(__name__)
@@ -509,6 +512,29 @@ def _apply_rows(
     for position, outcome in zip(positions, applied, strict=True):
         outcomes[position] = outcome
     return outcomes  # type: ignore[return-value]
+
+
+def proposal_reused(project: Project, event: Any) -> bool:
+    """True when ``event`` (a gate proposal) re-uses the event ID of an applied proposal of
+    another tool or other arguments: a different call under an old event ID, which would
+    otherwise get the first call's verdict without a word (the gate answers 409)."""
+    stored = (
+        CallEvent.objects.select_related("call")
+        .filter(project=project, event_id=event.event_id, kind=CallEvent.Kind.PROPOSED)
+        .first()
+    )
+    if stored is None:
+        return False
+    proposal = normalise(event.format, event.call)
+    digest = (
+        hashlib.sha256(canonical_json(proposal.arguments)).hexdigest()
+        if proposal.arguments_ok
+        else ""
+    )
+    call = stored.call
+    return (proposal.tool or "")[:TOOL_NAME_LENGTH] != call.tool_name or (
+        bool(digest and call.arguments_digest) and digest != call.arguments_digest
+    )
 
 
 def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:

@@ -140,3 +140,33 @@ class ComposeHealthCheckTests(LiveServerTestCase):
         }
         missing = {name for name in documented if f"\n    {name}:" not in self.compose()}
         self.assertEqual(missing, set())
+
+
+class ReusedEventIdTests(BaseTestCase):
+    def test_a_gate_check_reusing_an_event_id_for_another_call_is_409_naming_the_field(self):
+        import uuid
+
+        from tests.callgate.test_ingest_api import WEATHER
+
+        self.api().put("/api/v1/tools/get_weather", WEATHER, format="json")
+        event_id = str(uuid.uuid4())
+
+        def gate(city: str):
+            return self.api().post(
+                "/api/v1/calls",
+                {
+                    "format": "plain",
+                    "event_id": event_id,
+                    "call": {"tool": "get_weather", "arguments": {"city": city}},
+                },
+                format="json",
+            )
+
+        first = gate("Oslo")
+        self.assertEqual(first.status_code, 200)
+        again = gate("Oslo")  # the same check sent again: its first answer
+        self.assertEqual(again.status_code, 200)
+        self.assertEqual(again.json()["operation_id"], first.json()["operation_id"])
+        other = gate("Lima")
+        self.assertEqual(other.status_code, 409, other.content)
+        self.assertEqual(other.json()["errors"][0]["loc"], "event_id")
