@@ -108,6 +108,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
+    "health_check",
     "callgate",
     "reviews",
 ]
@@ -362,6 +363,8 @@ CALLGATE_AUTH_FAILURES_PER_MINUTE = env_int("CALLGATE_AUTH_FAILURES_PER_MINUTE",
 #: answer 429 with Retry-After (0: no limit), and the seconds that Retry-After says.
 CALLGATE_INBOX_LIMIT = env_int("CALLGATE_INBOX_LIMIT", 20_000)
 CALLGATE_INBOX_RETRY_AFTER = env_int("CALLGATE_INBOX_RETRY_AFTER", 5, minimum=1)
+#: Readiness (/ready/): the oldest pending inbox event may wait this many seconds.
+CALLGATE_READY_INBOX_LAG = env_int("CALLGATE_READY_INBOX_LAG", 300, minimum=1)
 CALLGATE_RECONCILE_TIMEOUT = env_int("CALLGATE_RECONCILE_TIMEOUT", 5, minimum=1)  # seconds
 CALLGATE_REVIEW_CLAIM_LEASE = env_int("CALLGATE_REVIEW_CLAIM_LEASE", 15 * 60, minimum=60)  # seconds
 

@@ -13,7 +13,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from callgate import views
+from callgate import health, views
 from callgate.reports import views as report_views
 
 project_patterns = [
@@ -33,6 +33,8 @@ project_patterns = [
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("health/", health.liveness, name="health"),
+    path("ready/", health.readiness, name="ready"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
