@@ -33,6 +33,7 @@ from callgate.ingest import (
     events_apply,
     retry_after,
 )
+from callgate.metrics import QUARANTINED as QUARANTINED_EVENTS
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall, ToolContract
 from callgate.providers import normalise
 from callgate.schemas import EVENT_ADAPTER, MAX_CLOCK_SKEW
@@ -456,6 +457,7 @@ def _quarantine(row_id: int) -> None:
     logger.error(
         "inbox row %s quarantined: %d drains died while applying it", row_id, QUARANTINE_AFTER
     )
+    QUARANTINED_EVENTS.inc()
     InboxEvent.objects.filter(pk=row_id).update(
         status=InboxEvent.Status.QUARANTINED, errors=[{"loc": "", "msg": QUARANTINED}]
     )

@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from callgate import classification as cls
 from callgate import lifecycle
+from callgate.metrics import VERDICTS
 from callgate.models import (
     Agent,
     AgentTool,
@@ -611,6 +612,7 @@ class _Batch:
             body = redact(body, call.contract.sensitive_fields if call.contract else ())
         if information:
             body["information_only"] = True
+        VERDICTS.labels(result.reason.value if result.reason else "", result.route.value).inc()
         self.events.append(
             (
                 call,

@@ -109,6 +109,7 @@ INSTALLED_APPS = [
     "template_partials",
     "axes",
     "health_check",
+    "django_prometheus",
     "callgate",
     "reviews",
 ]
@@ -118,6 +119,7 @@ if CALLGATE_DEMO:
     INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "callgate.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -132,6 +134,7 @@ MIDDLEWARE = [
     "callgate.throttling.RateLimitHeadersMiddleware",
     # last: django-axes locks out repeated failed logins (AXES_* below)
     "axes.middleware.AxesMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",

@@ -30,6 +30,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from callgate.inbox import DrainBusy, inbox_drain
+from callgate.metrics import RECONCILE_OUTCOMES
 from callgate.models import CallEvent, InboxEvent, Project, ToolCall
 from callgate.reconcile import UNKNOWN, LookupResult, reconcile_calls_claim_stale, reconcile_lookup
 from callgate.reports.rollups import refresh_rollups  # noqa: F401  (defined beside the rollup code; beat: refresh-rollups)
@@ -114,6 +115,7 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
                     "stopped to avoid a loop",
                 },
             )
+            RECONCILE_OUTCOMES.labels("escalated").inc()
             return "escalated"
         try:
             result = reconcile_lookup(
@@ -127,6 +129,7 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
             services.call_reconcile_failed(
                 call=call, detail={**result.as_detail(), "lookups": self.request.retries + 1}
             )
+            RECONCILE_OUTCOMES.labels("could_not_tell").inc()
             return "could_not_tell"
         services.call_reconciled(
             call=call,
@@ -136,6 +139,7 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
             detail=result.as_detail(),
             receipt=result.receipt if result.found else None,
         )
+        RECONCILE_OUTCOMES.labels(result.outcome).inc()
         return result.outcome
     except IllegalTransition:  # settled meanwhile (a late receipt, an operator): nothing to do
         return "skipped"

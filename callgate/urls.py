@@ -35,6 +35,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("health/", health.liveness, name="health"),
     path("ready/", health.readiness, name="ready"),
+    path("", include("django_prometheus.urls")),  # GET /metrics (callgate.metrics)
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

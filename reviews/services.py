@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from callgate import services as core_services
 from callgate.lifecycle import IllegalTransition
+from callgate.metrics import WEBHOOK_ATTEMPTS
 from callgate.models import Membership, ToolCall, ToolContract
 from reviews.models import ReviewAudit, ReviewItem, WebhookOutbox
 from reviews.selectors import absent_reconciliations
@@ -895,6 +896,7 @@ def webhook_attempt(*, delivery_id: str) -> WebhookAttempt:
             retry_in = random.uniform(0, webhooks.WEBHOOK_BACKOFF_BASE * 2 ** (row.attempts - 1))
             row.next_attempt_at, outcome = now + timedelta(seconds=retry_in), "failed"
         row.save()
+        WEBHOOK_ATTEMPTS.labels(outcome).inc()
         return WebhookAttempt(outcome, retry_in)
 
 
