@@ -8,12 +8,21 @@ import threading
 import time
 
 from celery import Celery
+from celery.signals import task_postrun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "callgate.settings")
 
 app = Celery("callgate")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@task_postrun.connect
+def _forget_operation_id(**kwargs) -> None:
+    """A task's operation ID (callgate.logmask.OPERATION_ID) ends with the task."""
+    from callgate.logmask import OPERATION_ID
+
+    OPERATION_ID.set("")
 
 
 def run_periodic_in_process(stop: threading.Event, *, tick: float = 5.0) -> None:

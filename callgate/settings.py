@@ -120,6 +120,7 @@ if CALLGATE_DEMO:
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "callgate.logmask.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "callgate.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -371,11 +372,31 @@ CALLGATE_READY_INBOX_LAG = env_int("CALLGATE_READY_INBOX_LAG", 300, minimum=1)
 CALLGATE_RECONCILE_TIMEOUT = env_int("CALLGATE_RECONCILE_TIMEOUT", 5, minimum=1)  # seconds
 CALLGATE_REVIEW_CLAIM_LEASE = env_int("CALLGATE_REVIEW_CLAIM_LEASE", 15 * 60, minimum=60)  # seconds
 
+#: "text" (default) or "json": one JSON object per line (python-json-logger) with the
+#: request ID and operation ID of the work at hand (callgate.logmask).
+LOG_FORMAT = env_str("LOG_FORMAT") or "text"
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"mask_api_keys": {"()": "callgate.logmask.MaskApiKeysFilter"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["mask_api_keys"]}},
+    "filters": {
+        "mask_api_keys": {"()": "callgate.logmask.MaskApiKeysFilter"},
+        "context": {"()": "callgate.logmask.ContextFilter"},
+    },
+    "formatters": {
+        "json": {
+            "()": "callgate.logmask.MaskedJsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s %(operation_id)s",
+        }
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["mask_api_keys", "context"],
+            **({"formatter": "json"} if LOG_FORMAT == "json" else {}),
+        }
+    },
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

@@ -30,6 +30,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from callgate.inbox import DrainBusy, inbox_drain
+from callgate.logmask import OPERATION_ID
 from callgate.metrics import RECONCILE_OUTCOMES
 from callgate.models import CallEvent, InboxEvent, Project, ToolCall
 from callgate.reconcile import UNKNOWN, LookupResult, reconcile_calls_claim_stale, reconcile_lookup
@@ -102,6 +103,7 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
     call = ToolCall.objects.select_related("contract").filter(pk=call_id).first()
     if call is None or call.state not in allowed:
         return "skipped"
+    OPERATION_ID.set(call.operation_id)  # in this task's log records (callgate.logmask)
     contract = call.contract
     if contract is None or contract.reconcile_method != contract.ReconcileMethod.HTTP:
         return "skipped"  # the agent reports the reconciliation itself
