@@ -288,7 +288,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 300  # seconds; below the Redis visibility timeout
 CELERY_TASK_SOFT_TIME_LIMIT = 240
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+#: Redis redelivers a task a worker took and never acknowledged (acks_late: it died) after
+#: this many seconds: above the hard time limit (a running task is never handed out twice)
+#: and above every retry countdown (webhooks: at most 32 s, reconcile 30 s, drain 1 s), far
+#: below the hour it was (a killed worker's tasks waited that long).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 60}
 CELERY_TASK_SERIALIZER = "json"
 #: Django's cache (API throttles, login lockouts): shared by every web worker, so Redis in
 #: production (CACHE_URL, else a redis:// broker URL); in-process memory in the embedded default.
