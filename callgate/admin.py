@@ -4,7 +4,7 @@ the admin action below; the plain key is shown once in a message and never store
 from django.contrib import admin, messages
 
 from callgate.auth import api_key_issue, api_key_revoke
-from callgate.models import Agent, ApiKey, Membership, Project, ToolContract
+from callgate.models import Agent, ApiKey, InboxEvent, Membership, Project, ToolContract
 
 
 class MembershipInline(admin.TabularInline):
@@ -87,3 +87,32 @@ class ToolContractAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False  # versions are immutable; register a new one through the API
+
+
+@admin.register(InboxEvent)
+class InboxEventAdmin(admin.ModelAdmin):
+    """Inbox rows not applied: ``rejected`` by the rules, or ``quarantined`` after drains died
+    applying them (``callgate.inbox.QUARANTINE_AFTER``). Read-only; deleting one drops it."""
+
+    list_display = ["event_id", "project", "agent", "status", "attempts", "received_at"]
+    list_filter = ["status", "project"]
+    search_fields = ["event_id"]
+    readonly_fields = [
+        "project",
+        "agent",
+        "event_id",
+        "body",
+        "received_at",
+        "status",
+        "errors",
+        "attempts",
+    ]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).exclude(status=InboxEvent.Status.PENDING)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

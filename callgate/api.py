@@ -8,6 +8,7 @@ Every error answers ``{"error": "…", "errors": [{"loc": "field.path", "msg": "
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 
@@ -24,10 +25,11 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from callgate import otlp, selectors, services
 from callgate.auth import AgentPrincipal
 from callgate.inbox import (
+    DRAIN_LOCK_WAIT,
     EventRefused,
     event_answer,
     events_receive,
-    inbox_backpressure,
+    inbox_over_limit,
 )
 from callgate.ingest import call_answer
 from callgate.models import ToolCall
@@ -77,6 +79,26 @@ def _error(
     message: str, errors: list[dict] | None = None, code: int = status.HTTP_400_BAD_REQUEST
 ) -> Response:
     return Response({"error": message, "errors": errors or []}, status=code)
+
+
+def _too_busy(message: str, *, retry_after: float) -> Response:
+    """429 with ``Retry-After`` (whole seconds, RFC 9110 §10.2.3) in the API's error shape."""
+    seconds = max(1, math.ceil(retry_after))
+    response = _error(
+        message,
+        [{"loc": "(project)", "msg": f"retry after {seconds} s"}],
+        code=status.HTTP_429_TOO_MANY_REQUESTS,
+    )
+    response["Retry-After"] = str(seconds)
+    return response
+
+
+def _inbox_full(wait: float) -> Response:
+    return _too_busy(
+        "The project's inbox holds more events than callgate can apply in time; nothing was "
+        "stored. Send again after Retry-After seconds.",
+        retry_after=wait,
+    )
 
 
 def _agent(request: Request) -> AgentPrincipal:
@@ -154,6 +176,7 @@ class EventsIngestApi(APIView):
             400: ErrorBody,
             401: ErrorBody,
             413: ErrorBody,
+            429: ErrorBody,
         },
         examples=[
             OpenApiExample(
@@ -174,6 +197,8 @@ class EventsIngestApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = _agent(request)
+        if (wait := inbox_over_limit(principal.project)) is not None:
+            return _inbox_full(wait)
         too_large: list = []  # numbers too large to read refuse their item, not the batch
         body = _json_body(request, too_large=too_large)
         items = body if isinstance(body, list) else [body]
@@ -411,11 +436,14 @@ class CallsApi(APIView):
             400: ErrorBody,
             401: ErrorBody,
             409: ErrorBody,
+            429: ErrorBody,
             500: ErrorBody,
         },
     )
     def post(self, request: Request) -> Response:
         principal = _agent(request)
+        if (wait := inbox_over_limit(principal.project)) is not None:
+            return _inbox_full(wait)
         body = _json_body(request, limit=1024 * 1024)
         try:
             gate = GateRequest.model_validate(body)
@@ -435,11 +463,18 @@ class CallsApi(APIView):
         except EventRefused as exc:
             if exc.kind == "invalid":
                 return _error(f"Invalid gate request: {exc.errors[0]['msg']}", exc.errors)
-            if exc.kind == "reused":  # a re-sent check finds its first answer; not another kind
+            if exc.kind == "reused":  # a re-sent check finds its first answer; not another call
                 return _error(
-                    "This event_id was already used for another kind of event; send a new one.",
+                    "This event_id was already used for another call or kind of event; send a "
+                    "new one.",
                     exc.errors,
                     code=status.HTTP_409_CONFLICT,
+                )
+            if exc.kind == "busy":  # another drainer held the project's inbox too long
+                return _too_busy(
+                    "The project's inbox is busy applying earlier events; send this check again "
+                    "(with the same event_id) after Retry-After seconds.",
+                    retry_after=DRAIN_LOCK_WAIT,
                 )
             code = (
                 status.HTTP_500_INTERNAL_SERVER_ERROR  # callgate's bug, not the request's
@@ -485,13 +520,14 @@ class CallDetailApi(APIView):
     @extend_schema(
         operation_id="calls_retrieve",
         summary="A call's state, reason, route, attempts, receipt and review decision",
+        description="One of this key's agent's calls; another agent's call answers 404.",
         responses={200: CallDetail, 401: ErrorBody, 404: ErrorBody},
     )
     def get(self, request: Request, operation_id: str) -> Response:
         principal = _agent(request)
         call = (
             ToolCall.objects.select_related("agent", "contract")
-            .filter(project=principal.project, operation_id=operation_id)
+            .filter(project=principal.project, agent=principal.agent, operation_id=operation_id)
             .first()
         )
         if call is None:
@@ -506,11 +542,19 @@ class ToolRegisterApi(APIView):
         description=(
             "Idempotent: the same contract again answers 200 with the current version; a changed contract "
             "creates the next version (201). Versions are never modified. `parameters` must be a valid JSON "
-            "Schema (draft 2020-12) of an object; callgate treats undeclared properties as errors. The answer "
-            "includes the contract linter's score and findings."
+            "Schema (draft 2020-12) of an object within callgate's complexity budget; callgate treats undeclared "
+            "properties as errors. The agent that created a tool owns it: another agent registering the "
+            "identical contract gets to use it, a changed one from it answers 403 (a project admin publishes "
+            "from the contract's page). The answer includes the contract linter's score and findings."
         ),
         request=ContractIn,
-        responses={200: ContractOut, 201: ContractOut, 400: ErrorBody, 401: ErrorBody},
+        responses={
+            200: ContractOut,
+            201: ContractOut,
+            400: ErrorBody,
+            401: ErrorBody,
+            403: ErrorBody,
+        },
     )
     def put(self, request: Request, name: str) -> Response:
         principal = _agent(request)
@@ -529,6 +573,12 @@ class ToolRegisterApi(APIView):
             contract, created = services.contract_register(
                 agent=principal.agent, name=name, payload=payload
             )
+        except services.ContractForbidden as exc:
+            return _error(
+                f"Not allowed: {exc.loc}: {exc.msg}",
+                [{"loc": exc.loc, "msg": exc.msg}],
+                code=status.HTTP_403_FORBIDDEN,
+            )
         except services.ContractRejected as exc:
             return _error(
                 f"Invalid contract: {exc.loc}: {exc.msg}", [{"loc": exc.loc, "msg": exc.msg}]
@@ -544,12 +594,16 @@ class ToolRegisterApi(APIView):
         )
 
 
-class Backpressured(Exception):
-    """Raised inside a view when ``inbox_backpressure`` says to refuse for now."""
+class InboxFull(Exception):
+    """Raised inside the OTLP view when ``inbox_over_limit`` says to refuse for now;
+    ``retry_after`` in seconds."""
 
-    def __init__(self, pressure):
-        super().__init__(pressure.message)
-        self.pressure = pressure
+    def __init__(self, retry_after: float):
+        super().__init__(
+            "This project has CALLGATE_INBOX_LIMIT or more events waiting to be applied; "
+            "retry after the Retry-After delay."
+        )
+        self.retry_after = retry_after
 
 
 class OtlpTracesApi(APIView):
@@ -591,9 +645,8 @@ class OtlpTracesApi(APIView):
     )
     def post(self, request: Request) -> HttpResponse:
         principal = _agent(request)
-        pressure = inbox_backpressure(principal.project)
-        if pressure is not None:
-            raise Backpressured(pressure)
+        if (wait := inbox_over_limit(principal.project)) is not None:
+            raise InboxFull(wait)
         length = request.META.get("CONTENT_LENGTH")
         if length and length.isdigit() and int(length) > otlp.MAX_BODY_BYTES:
             raise otlp.OtlpError(413, otlp.too_large_message(otlp.MAX_BODY_BYTES))
@@ -629,9 +682,9 @@ class OtlpTracesApi(APIView):
         headers: dict[str, str] = {}
         if isinstance(exc, otlp.OtlpError):
             code, message = exc.status, exc.message
-        elif isinstance(exc, Backpressured):
-            code, message = exc.pressure.status, exc.pressure.message
-            headers["Retry-After"] = str(exc.pressure.retry_after)
+        elif isinstance(exc, InboxFull):
+            code, message = 429, str(exc)
+            headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
         else:
             response = super().handle_exception(exc)  # re-raises what is not an API error
             code, message = response.status_code, response.data.get("error", "")

@@ -15,6 +15,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -99,7 +101,8 @@ class AgentPrincipal:
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     """``Authorization: Bearer cg_…``. Sets ``request.user`` to an ``AgentPrincipal`` and
     ``request.auth`` to the ``ApiKey``. A malformed or unknown key is a 401 with a message
-    that says which; no header at all falls through to the next authenticator."""
+    that says which; no header at all falls through to the next authenticator. An address
+    with ``CALLGATE_AUTH_FAILURES_PER_MINUTE`` failed keys in a minute gets 429 (guessing)."""
 
     keyword = "Bearer"
 
@@ -119,11 +122,14 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
                 "Authorization header must be 'Bearer <api key>'."
             )
         if not KEY_PATTERN.match(parts[1]):
+            auth_failure_record(request)
             raise exceptions.AuthenticationFailed(
                 "Malformed API key: expected 'cg_<8 hex>_<43 characters>'."
             )
+        auth_failures_check(request)
         api_key = api_key_verify(parts[1])
         if api_key is None:
+            auth_failure_record(request)
             raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
         return AgentPrincipal(api_key), api_key
 
@@ -139,3 +145,31 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "bearerFormat": "cg_<8 hex>_<43 characters>"}
+
+
+# --- failed keys per client address ------------------------------------------------------
+
+
+def _client_address(request) -> str:
+    return request.META.get("REMOTE_ADDR", "") or "unknown"
+
+
+def auth_failures_check(request) -> None:
+    """Raises ``Throttled`` (429) when this address failed ``CALLGATE_AUTH_FAILURES_PER_MINUTE``
+    key look-ups in the current minute."""
+    limit = settings.CALLGATE_AUTH_FAILURES_PER_MINUTE
+    if limit and (cache.get(f"authfail:{_client_address(request)}") or 0) >= limit:
+        raise exceptions.Throttled(
+            wait=60, detail="Too many failed API key attempts from this address; wait a minute."
+        )
+
+
+def auth_failure_record(request) -> None:
+    """Count one failed key look-up for this address (a one-minute window)."""
+    key = f"authfail:{_client_address(request)}"
+    if cache.add(key, 1, timeout=60):
+        return
+    try:
+        cache.incr(key)
+    except ValueError:  # expired in between
+        cache.add(key, 1, timeout=60)

@@ -8,8 +8,11 @@ import threading
 import time
 
 from celery import Celery
+from celery.signals import task_postrun
 from django.conf import settings
 from django.db import close_old_connections, transaction
+
+from callgate.logmask import OPERATION_ID
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "callgate.settings")
 
@@ -25,8 +28,27 @@ def enqueue_on_commit(task: str, *args: object, **kwargs: object) -> None:
     By name, through ``app.signature(...).delay()`` (which still honours
     ``task_always_eager`` in the embedded default), so that the modules whose writes start
     background work (ingest, services, escalation) need not import the task modules that
-    call them: the dependency runs one way, from tasks to the core."""
-    transaction.on_commit(lambda: app.signature(task, args=args, kwargs=kwargs).delay())
+    call them: the dependency runs one way, from tasks to the core.
+
+    Never raises for the broker: a task that cannot be sent is logged, and the periodic
+    sweep of its kind (inbox, reconciling calls, webhook outbox) picks the work up later, so
+    nothing already committed is lost and no request fails after its commit."""
+
+    def send() -> None:
+        try:
+            app.signature(task, args=args, kwargs=kwargs).delay()
+        except Exception:  # the broker is unreachable: the sweepers catch up
+            logging.getLogger(__name__).warning(
+                "could not send %s%r; its sweep will pick it up", task, args, exc_info=True
+            )
+
+    transaction.on_commit(send)
+
+
+@task_postrun.connect
+def _forget_operation_id(**kwargs) -> None:
+    """A task's operation ID (callgate.logmask.OPERATION_ID) ends with the task."""
+    OPERATION_ID.set("")
 
 
 def run_periodic_in_process(stop: threading.Event, *, tick: float = 5.0) -> None:

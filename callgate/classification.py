@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import lru_cache
+from itertools import islice
 from typing import Any
 
 import re2
@@ -35,6 +38,7 @@ from callgate.taxonomy import (
     route_of,
 )
 from callgate_sdk.providers import Proposal, json_type
+from callgate_sdk.wire import canonical_json
 
 R = Reason
 
@@ -241,12 +245,87 @@ def _additional_properties(validator, additional, instance, schema):
             )
 
 
+def _required(validator, required, instance, schema):
+    """jsonschema's ``required`` with the missing property in the error's path, so each
+    missing property is one error and one problem (was: every error listed them all)."""
+    if not validator.is_type(instance, "object"):
+        return
+    for name in required:
+        if name not in instance:
+            yield ValidationError(f"{name!r} is a required property", path=[name])
+
+
+def _unique_items(validator, unique, instance, schema):
+    """``uniqueItems`` in linear time: items compared by their RFC 8785 canonical JSON (JSON
+    Schema equality: ``1`` equals ``1.0``, ``true`` does not equal ``1``, key order is
+    irrelevant). jsonschema compares unhashable items pairwise (4,000 objects: 33 s)."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[bytes] = set()
+    for item in instance:
+        key = canonical_json(item)
+        if key in seen:
+            yield ValidationError(f"{_show(item)} appears more than once; items must be unique")
+            return
+        seen.add(key)
+
+
+def _multiple_of(validator, divisor, instance, schema):
+    """jsonschema's ``multipleOf``, exact (decimal fractions) where its float division
+    overflows: an integer beyond the double range against a fractional divisor."""
+    try:
+        yield from list(_JSONSCHEMA_MULTIPLE_OF(validator, divisor, instance, schema))
+    except OverflowError:
+        if Fraction(instance) % Fraction(repr(divisor)) != 0:
+            yield ValidationError(f"{_show(instance)} is not a multiple of {divisor}")
+
+
+_JSONSCHEMA_MULTIPLE_OF = Draft202012Validator.VALIDATORS["multipleOf"]
+
+
+# --- the work of one validation: bounded ----------------------------------------------------
+
+#: Keyword evaluations one validation may spend (a keyword applied to one value counts one);
+#: past it the arguments are refused (``constraint_violation``) instead of holding a worker.
+MAX_VALIDATION_STEPS = 30_000
+#: Errors collected from one validation; the observation lists the most telling of them.
+MAX_VALIDATION_ERRORS = 50
+
+
+class ValidationBudgetExceeded(Exception):
+    """A validation spent ``MAX_VALIDATION_STEPS``."""
+
+
+class _Steps(threading.local):
+    left = MAX_VALIDATION_STEPS
+
+
+_steps = _Steps()
+
+
+def _counted(keyword_function):
+    def keyword(validator, value, instance, schema):
+        _steps.left -= 1
+        if _steps.left < 0:
+            raise ValidationBudgetExceeded
+        return keyword_function(validator, value, instance, schema)
+
+    return keyword
+
+
 Validator = validators.extend(
     Draft202012Validator,
     {
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
+        keyword: _counted(function)
+        for keyword, function in {
+            **Draft202012Validator.VALIDATORS,
+            "pattern": _pattern,
+            "patternProperties": _pattern_properties,
+            "additionalProperties": _additional_properties,
+            "required": _required,
+            "uniqueItems": _unique_items,
+            "multipleOf": _multiple_of,
+        }.items()
     },
 )
 
@@ -258,11 +337,107 @@ def _refs(schema: Any) -> list[tuple[str, str]]:
     ]
 
 
+# --- the complexity budget of a contract (checked when it is registered) -------------------
+
+#: A contract's schema as compact JSON, in bytes.
+MAX_SCHEMA_BYTES = 64 * 1024
+#: JSON objects (subschemas and the like) in a contract's schema.
+MAX_SCHEMA_NODES = 2_000
+#: Subschemas a validation could visit with every ``$ref`` replaced by its target (a
+#: recursive reference counts once: its cost is bounded by the arguments' depth). The
+#: 40-level ``a0 -> anyOf[a1, a1]`` graph is 2**40 here from 2.9 KB of schema.
+MAX_REF_EXPANSION = 10_000
+#: Entries one keyword may hold in one subschema.
+MAX_KEYWORD_ENTRIES = {
+    "properties": 512,
+    "patternProperties": 64,
+    "required": 512,
+    "enum": 2_000,
+    "anyOf": 64,
+    "oneOf": 64,
+    "allOf": 64,
+    "prefixItems": 256,
+    "$defs": 512,
+}
+
+
+def _budget_problem(schema: dict) -> str | None:
+    """Why ``schema`` is over the size budget (bytes, objects, keyword entries), or None."""
+    size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_SCHEMA_BYTES:
+        return f"the schema is {size:,} bytes; the limit is {MAX_SCHEMA_BYTES:,}"
+    nodes = 0
+    for where, node in _walk(schema):
+        nodes += 1
+        if nodes > MAX_SCHEMA_NODES:
+            return f"the schema has more than {MAX_SCHEMA_NODES:,} objects (at {where})"
+        for keyword, limit in MAX_KEYWORD_ENTRIES.items():
+            value = node.get(keyword)
+            if isinstance(value, (list, dict)) and len(value) > limit:
+                return f"{keyword} at {where} has {len(value):,} entries; the limit is {limit:,}"
+    return None
+
+
+def _ref_expansion_problem(schema: dict, resolver) -> str | None:
+    """Why ``schema`` expands past ``MAX_REF_EXPANSION`` subschemas with its ``$ref``s
+    followed, naming the first (innermost) subschema over it; None when it does not.
+    Without recursion: a post-order walk, each object's expanded size computed once."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()  # on the current path: a reference back to one is recursion
+    stack: list[tuple[Any, str, bool]] = [(schema, "", False)]
+    while stack:
+        node, where, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            children = _expansion_children(node, resolver)
+            size = (1 if isinstance(node, dict) else 0) + sum(
+                sizes.get(id(child), 0) for child, _ in children
+            )
+            sizes[key] = size
+            open_.discard(key)
+            if size > MAX_REF_EXPANSION:
+                return (
+                    f"the subschema at {where or '(root)'} expands to more than "
+                    f"{MAX_REF_EXPANSION:,} subschemas when its $refs are followed; "
+                    "share fewer references or flatten the schema"
+                )
+            continue
+        if key in sizes or key in open_:
+            continue
+        open_.add(key)
+        stack.append((node, where, True))
+        for child, child_where in _expansion_children(node, resolver):
+            if id(child) not in sizes and id(child) not in open_:
+                stack.append((child, f"{where}/{child_where}", False))
+    return None
+
+
+def _expansion_children(node: Any, resolver) -> list[tuple[Any, str]]:
+    """The objects and arrays inside ``node``, and the target of its ``$ref``."""
+    if isinstance(node, list):
+        pairs = [(value, str(index)) for index, value in enumerate(node)]
+    elif isinstance(node, dict):
+        pairs = list((value, str(key)) for key, value in node.items())
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            try:
+                pairs.append((resolver.lookup(ref).contents, f"$ref({ref})"))
+            except Unresolvable:
+                pass
+    else:
+        return []
+    return [(value, where) for value, where in pairs if isinstance(value, (dict, list))]
+
+
 def schema_problems(schema: dict) -> str | None:
     """None when ``schema`` is a valid draft 2020-12 JSON Schema of an object whose every
-    ``$ref`` is local and resolves and whose every regular expression runs in RE2, else why not."""
+    ``$ref`` is local and resolves and whose every regular expression runs in RE2, within
+    the complexity budget (``MAX_SCHEMA_BYTES``, ``MAX_SCHEMA_NODES``,
+    ``MAX_KEYWORD_ENTRIES``, ``MAX_REF_EXPANSION``), else why not."""
     if not isinstance(schema, dict):
         return "parameters must be a JSON Schema object"
+    if problem := _budget_problem(schema):
+        return f"over the complexity budget: {problem}"
     if schema.get("$schema", DIALECT).rstrip("#") != DIALECT:
         return f"$schema must be {DIALECT} (draft 2020-12) or left out"
     try:
@@ -304,6 +479,8 @@ def schema_problems(schema: dict) -> str | None:
             resolver.lookup(ref)
         except Unresolvable:
             return f"$ref at {where} points to nothing: {ref!r}"
+    if problem := _ref_expansion_problem(schema, resolver):
+        return f"over the complexity budget: {problem}"
     return None
 
 
@@ -389,12 +566,17 @@ def _describe(schema: Any) -> str:
     return "; ".join(bits)
 
 
+def _own_path_length(error: ValidationError) -> int:
+    """Path parts an error adds for itself: ``required`` names the missing property."""
+    return 1 if error.validator == "required" else 0
+
+
 def _problems_from(error: ValidationError) -> list[Problem]:
     keyword = error.validator
     path = json_path(error.absolute_path)
     if keyword in ("anyOf", "oneOf") and error.context:
         # The value matched no alternative: report the alternatives' most telling failure.
-        subs = [e for e in error.context if not e.relative_path]
+        subs = [e for e in error.context if len(e.relative_path) == _own_path_length(e)]
         non_type = [e for e in subs if e.validator != "type"]
         chosen = non_type or subs or list(error.context)
         problems = _problems_from(min(chosen, key=lambda e: _precedence(_reason_of(e))))
@@ -405,18 +587,16 @@ def _problems_from(error: ValidationError) -> list[Problem]:
                 for p in problems
             ]
         return problems
-    if keyword == "required":
-        instance = error.instance if isinstance(error.instance, dict) else {}
+    if keyword == "required":  # one error per missing property, named by its path
         properties = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+        name = error.path[-1] if error.path else None
         return [
             Problem(
                 R.MISSING_REQUIRED,
-                json_path([*error.absolute_path, name]),
+                path,
                 "required argument is missing"
                 + (f" (expected {d})" if (d := _describe(properties.get(name))) else ""),
             )
-            for name in error.validator_value
-            if name not in instance
         ]
     if keyword in ("additionalProperties", "unevaluatedProperties"):
         declared = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
@@ -510,8 +690,26 @@ def validate_arguments(
     An unusable schema is reported as a constraint problem, never raised."""
     try:
         validator = _validator(schema_key or json.dumps(parameters, sort_keys=True))
-        errors = list(validator.iter_errors(arguments))
-    except (SchemaError, Unresolvable, TypeError, ValueError, RecursionError, re2.error) as exc:
+        _steps.left = MAX_VALIDATION_STEPS
+        errors = list(islice(validator.iter_errors(arguments), MAX_VALIDATION_ERRORS))
+    except ValidationBudgetExceeded:
+        return [
+            Problem(
+                R.CONSTRAINT_VIOLATION,
+                "$",
+                f"the arguments are too costly to check against the tool's schema (more than "
+                f"{MAX_VALIDATION_STEPS:,} checks); send fewer or smaller values",
+            )
+        ]
+    except (
+        SchemaError,
+        Unresolvable,
+        TypeError,
+        ValueError,
+        OverflowError,
+        RecursionError,
+        re2.error,
+    ) as exc:
         return [
             Problem(
                 R.CONSTRAINT_VIOLATION,

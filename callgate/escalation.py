@@ -9,14 +9,12 @@ module only uses ``reviews.models``, so the core never imports the review app's 
 
 from __future__ import annotations
 
-import uuid
-
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from callgate.celery import enqueue_on_commit
 from callgate.models import ToolCall
-from reviews.models import ReviewAudit, ReviewItem
+from reviews.models import ReviewAudit, ReviewItem, WebhookOutbox
 
 #: Lower is more urgent: unknown outcomes of writes and approvals first.
 PRIORITY_BY_REASON = {
@@ -46,10 +44,14 @@ def _audit(
     )
 
 
-def _enqueue_webhook(*, item: ReviewItem, call: ToolCall) -> None:
-    """On commit, deliver the call's decision to its agent's webhook (if it has one)."""
+def webhook_outbox_add(*, item: ReviewItem, call: ToolCall) -> None:
+    """In the current transaction: add the call's decision to the webhook outbox (if its
+    agent has a webhook); on commit, ask a worker to deliver it (``reviews.tasks.
+    webhook_deliver``). A broker that cannot be reached loses nothing and fails nothing:
+    ``reviews.tasks.sweep_webhooks`` delivers the row later."""
     if call.agent.webhook_url:
-        enqueue_on_commit("reviews.tasks.webhook_deliver", call.pk, item.pk, str(uuid.uuid4()))
+        row = WebhookOutbox.objects.create(project_id=call.project_id, item=item, call=call)
+        enqueue_on_commit("reviews.tasks.webhook_deliver", str(row.delivery_id))
 
 
 def review_item_open(*, call: ToolCall, kind: str = ReviewItem.Kind.ESCALATION) -> ReviewItem:
@@ -186,7 +188,7 @@ def review_items_settle_bulk(*, calls: list[ToolCall], note_by_call: dict[int, s
             )
         for item in items:  # an expired approval: tell the agent, as review_items_expire does
             if _settled_status(by_pk[item.call_id]) == ReviewItem.Status.EXPIRED:
-                _enqueue_webhook(item=item, call=by_pk[item.call_id])
+                webhook_outbox_add(item=item, call=by_pk[item.call_id])
         ReviewAudit.objects.bulk_create(
             [
                 ReviewAudit(

@@ -7,24 +7,26 @@ through ``callgate.ingest.events_apply``'s batch engine. ``event_answer`` is wha
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from callgate.ingest import (
     ACCEPTED,
     DECISION_TYPES,
     DUPLICATE,
+    TOOL_NAME_LENGTH,
     VERDICT_FOR_ROUTE,
     Outcome,
     call_answer,
@@ -33,10 +35,11 @@ from callgate.ingest import (
     turn_event_ids,
 )
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall, ToolContract
+from callgate.prometheus import QUARANTINED as QUARANTINED_EVENTS
 from callgate.schemas import EVENT_ADAPTER, MAX_CLOCK_SKEW
 from callgate.taxonomy import Route
-from callgate_sdk.providers import envelope_calls
-from callgate_sdk.wire import redact
+from callgate_sdk.providers import envelope_calls, normalise
+from callgate_sdk.wire import canonical_json, redact
 
 S = ToolCall.State
 logger = logging.getLogger(__name__)
@@ -46,6 +49,24 @@ DRAIN_CHUNK = 500
 #: First key of the PostgreSQL advisory lock that serialises one project's drain (the
 #: second key is the project's ID). Any fixed 32-bit number unused elsewhere.
 DRAIN_LOCK_CLASS = 0x63676174  # "cgat"
+
+
+def inbox_over_limit(project: Project) -> float | None:
+    """Backpressure: seconds an agent should wait before sending this project more work
+    (the ``Retry-After`` of a 429, RFC 9110 §10.2.3), or ``None`` while the project's
+    pending inbox holds fewer than ``settings.CALLGATE_INBOX_LIMIT`` events. Work accepted
+    past that could not be applied in time: ``POST /api/v1/events``, the gate and the OTLP
+    receiver refuse it instead. A limit of 0 turns the check off."""
+    limit = settings.CALLGATE_INBOX_LIMIT
+    if not limit:
+        return None
+    over = (  # one probe of the drain index, however long the backlog
+        InboxEvent.objects.filter(project=project, status=InboxEvent.Status.PENDING)
+        .order_by("id")
+        .values_list("id", flat=True)[limit - 1 : limit]
+        .exists()
+    )
+    return float(settings.CALLGATE_INBOX_RETRY_AFTER) if over else None
 
 
 def events_receive(
@@ -120,54 +141,19 @@ def events_receive(
         fresh[event_id] = index
         rows.append((event_id, body))
     if rows:
-        stored = _inbox_insert(project=project, agent=agent, rows=rows)
+        stored = _inbox_insert(project=project, agent=agent, rows=rows, may_decide=may_decide)
         for event_id, index in fresh.items():
             outcomes[index] = ACCEPTED if event_id in stored else DUPLICATE
     return outcomes  # type: ignore[return-value]
-
-
-@dataclass(frozen=True)
-class Backpressure:
-    """Why ingest refuses for now: the HTTP status to answer (429), the seconds to put in
-    ``Retry-After`` (RFC 9110 §10.2.3) and a message naming the limit."""
-
-    status: int
-    retry_after: int
-    message: str
-
-
-def inbox_backpressure(project: Project) -> Backpressure | None:
-    """``None`` while ``project`` may send more events; a ``Backpressure`` (429) once it has
-    ``settings.CALLGATE_INBOX_MAX_PENDING`` or more events received and not yet applied
-    (pending inbox rows), so that clients back off (OTLP/HTTP "Failures": 429 and 503 with
-    ``Retry-After`` are retryable) instead of growing the inbox without bound. One index
-    probe (``inboxevent_drain``), however long the inbox is; 0 turns the check off."""
-    limit = settings.CALLGATE_INBOX_MAX_PENDING
-    if not limit:
-        return None
-    over = (
-        InboxEvent.objects.filter(project=project, status=InboxEvent.Status.PENDING)
-        .order_by("id")
-        .values_list("id", flat=True)[limit - 1 : limit]
-        .exists()
-    )
-    if not over:
-        return None
-    return Backpressure(
-        status=429,
-        retry_after=settings.CALLGATE_INBOX_RETRY_AFTER,
-        message=(
-            f"This project has {limit} or more events waiting to be applied "
-            "(CALLGATE_INBOX_MAX_PENDING); retry after the Retry-After delay."
-        ),
-    )
 
 
 #: Tries of one batch's inbox insert when PostgreSQL picks it as a deadlock's victim.
 INSERT_ATTEMPTS = 3
 
 
-def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]) -> set[str]:
+def _inbox_insert(
+    *, project: Project, agent: Agent, rows: list[tuple[str, str]], may_decide: bool = False
+) -> set[str]:
     """Insert ``(event ID, event as JSON)`` rows, in order, unless the event ID is pending in
     the inbox already or was applied before (a ``CallEvent`` has it); returns the event IDs
     stored (canonical text). A re-sent event whose first copy the rules rejected is taken
@@ -183,7 +169,9 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]
     for attempt in range(1, INSERT_ATTEMPTS + 1):
         try:
             with transaction.atomic():
-                stored = _insert_rows(project=project, agent=agent, rows=rows)
+                stored = _insert_rows(
+                    project=project, agent=agent, rows=rows, may_decide=may_decide
+                )
                 if len(stored) < len(rows):
                     skipped = [event_id for event_id, _ in rows if event_id not in stored]
                     rejected = InboxEvent.objects.filter(
@@ -195,7 +183,10 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]
                     if retry:
                         rejected.delete()
                         stored |= _insert_rows(
-                            project=project, agent=agent, rows=[r for r in rows if r[0] in retry]
+                            project=project,
+                            agent=agent,
+                            rows=[r for r in rows if r[0] in retry],
+                            may_decide=may_decide,
                         )
                 return stored
         except OperationalError as exc:
@@ -212,7 +203,9 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]
     raise AssertionError("unreachable")
 
 
-def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]]) -> set[str]:
+def _insert_rows(
+    *, project: Project, agent: Agent, rows: list[tuple[str, str]], may_decide: bool
+) -> set[str]:
     """One insert, ``ON CONFLICT (project, event_id) DO NOTHING``, skipping applied event IDs;
     returns the event IDs stored, as canonical text (``str(uuid)``).
     PostgreSQL: one statement over the events as one JSON array (``jsonb_array_elements``;
@@ -222,7 +215,7 @@ def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]])
     meta = InboxEvent._meta
     received_at = meta.get_field("received_at").get_db_prep_value(timezone.now(), connection)
     event_id_field = meta.get_field("event_id")
-    columns = "project_id, agent_id, event_id, body, received_at, status, errors"
+    columns = "project_id, agent_id, event_id, body, received_at, status, errors, may_decide"
     with _bound_cursor() as cursor:
         if connection.vendor == "postgresql":
             # The events travel as one JSON array (one escaped string, not 2 × N parameters);
@@ -233,7 +226,7 @@ def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]])
             document = "[" + ",".join(body for _, body in rows) + "]"
             cursor.execute(
                 f"INSERT INTO {meta.db_table} ({columns}) "
-                f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, e.body, %s, %s, '[]'::jsonb "
+                f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, e.body, %s, %s, '[]'::jsonb, %s "
                 f"FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(body, n) "
                 f"WHERE (SELECT c.id FROM {CallEvent._meta.db_table} c "
                 f"       WHERE c.project_id = %s AND c.event_id = (e.body ->> 'event_id')::uuid) IS NULL "
@@ -243,6 +236,7 @@ def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]])
                     agent.pk,
                     received_at,
                     InboxEvent.Status.PENDING,
+                    may_decide,
                     document,
                     project.pk,
                 ],
@@ -267,8 +261,9 @@ def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]])
                 received_at,
                 InboxEvent.Status.PENDING,
                 "[]",
+                may_decide,
             ]
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
         cursor.execute(
             f"INSERT INTO {meta.db_table} ({columns}) VALUES {values} "
             f"ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id",
@@ -294,15 +289,41 @@ def _bound_cursor():
     )
 
 
-def inbox_drain(project_id: int) -> int:
+#: Drains a row may die with (a worker killed, or stopped at its time limit, while applying
+#: it) before it is quarantined. A row tried before is applied on its own, so one poison
+#: event never takes the rows beside it into quarantine.
+QUARANTINE_AFTER = 3
+#: Seconds a drainer waits for another drainer of the same project before giving up (the
+#: rows stay pending for that drainer, or the next one). Another project never waits.
+DRAIN_LOCK_WAIT = 2.0
+
+
+class DrainBusy(Exception):
+    """Another drainer held the project's drain lock for ``DRAIN_LOCK_WAIT`` seconds;
+    ``processed`` rows were applied before that."""
+
+    processed = 0
+
+
+def inbox_drain(
+    project_id: int, *, lock_wait: float = DRAIN_LOCK_WAIT, time_budget: float | None = None
+) -> int:
     """Apply the project's pending inbox events received so far (up to the newest pending row
     when called), in arrival order, ``DRAIN_CHUNK`` per transaction; returns how many rows it
-    processed (applied or rejected). Bounded: rows received after the call are left to the
-    drain their own request enqueued, so a gate check never waits for events sent after it.
+    processed (applied, rejected or quarantined). Bounded: rows received after the call are
+    left to the drain their own request enqueued, so a gate check never waits for events sent
+    after it.
 
     One drainer per project at a time, per chunk (a PostgreSQL advisory lock; a per-project
-    process lock elsewhere): a second drainer waits at most one chunk, then continues with
-    whatever is still pending up to its own bound (often nothing: the first took it)."""
+    process lock elsewhere): a second drainer waits at most ``lock_wait`` seconds for it, then
+    raises ``DrainBusy`` (its ``processed`` says how many rows it applied before; the rest
+    stay pending for a later drain: the task tries again, the sweep picks them up).
+    Before a chunk is applied its rows' ``attempts`` are counted in a committed transaction,
+    so a drain that dies with them leaves them counted: such rows are then applied one at a
+    time, and one counted ``QUARANTINE_AFTER`` times is quarantined instead of applied.
+
+    ``time_budget`` (seconds) stops it after the chunk that used the budget up, so a worker
+    turns to other projects' work in between (the drain task enqueues itself again)."""
     bound = (
         InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING)
         .order_by("-id")
@@ -310,11 +331,18 @@ def inbox_drain(project_id: int) -> int:
         .first()
     )
     processed = 0
-    while bound is not None:
-        done = _drain_chunk(project_id, bound=bound)
-        if not done:
-            break
-        processed += done
+    deadline = time.monotonic() + time_budget if time_budget is not None else None
+    try:
+        while bound is not None:
+            done = _drain_chunk(project_id, bound=bound, lock_wait=lock_wait)
+            if not done:
+                break
+            processed += done
+            if deadline is not None and time.monotonic() > deadline:
+                break
+    except DrainBusy as busy:
+        busy.processed = processed
+        raise
     return processed
 
 
@@ -323,43 +351,99 @@ _local_locks: dict[int, threading.Lock] = {}
 
 
 @contextmanager
-def _drain_lock(project_id: int) -> Iterator[None]:
-    """Inside a transaction: hold the project's drain lock until the transaction ends."""
+def _drain_lock(project_id: int, *, wait: float) -> Iterator[None]:
+    """Hold the project's drain lock (PostgreSQL: a session-level advisory lock, released on
+    exit or when the connection dies; elsewhere a process lock) across the transactions of
+    one chunk. Raises ``DrainBusy`` when it is not free within ``wait`` seconds."""
     if connection.vendor == "postgresql":
+        deadline, pause = time.monotonic() + wait, 0.01
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [DRAIN_LOCK_CLASS, project_id])
-        yield  # released when the transaction ends
+            while True:
+                cursor.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", [DRAIN_LOCK_CLASS, project_id]
+                )
+                if cursor.fetchone()[0]:
+                    break
+                if time.monotonic() + pause > deadline:
+                    raise DrainBusy(project_id)
+                time.sleep(pause)
+                pause = min(pause * 2, 0.2)
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [DRAIN_LOCK_CLASS, project_id])
         return
     with _local_locks_guard:
         lock = _local_locks.setdefault(project_id, threading.Lock())
-    with lock:
+    if not lock.acquire(timeout=wait):
+        raise DrainBusy(project_id)
+    try:
         yield
+    finally:
+        lock.release()
 
 
-def _drain_chunk(project_id: int, *, bound: int) -> int:
-    """Apply up to ``DRAIN_CHUNK`` pending rows with ``id <= bound`` in one transaction; how
-    many were processed. A fixed number of queries per chunk and per run of one agent's rows.
-    A rejected row keeps its body with obvious secrets and the project's sensitive fields
-    redacted (``redact``), like a stored ``CallEvent``."""
-    with transaction.atomic(), _drain_lock(project_id):
-        rows = list(
+def _drain_chunk(project_id: int, *, bound: int, lock_wait: float = DRAIN_LOCK_WAIT) -> int:
+    """Apply up to ``DRAIN_CHUNK`` pending rows with ``id <= bound``, holding the project's
+    drain lock: their ``attempts`` counted in one transaction, then applied in another (a
+    drainer that cannot get the lock counts nothing); how many were processed. A fixed
+    number of queries per chunk and per run of one agent's rows. A rejected row keeps its
+    body with obvious secrets and the project's sensitive fields redacted (``redact``), like
+    a stored ``CallEvent``."""
+    with _drain_lock(project_id, wait=lock_wait):
+        return _drain_chunk_locked(project_id, bound=bound)
+
+
+def _drain_chunk_locked(project_id: int, *, bound: int) -> int:
+    with transaction.atomic():
+        head = list(
             InboxEvent.objects.filter(
                 project_id=project_id, status=InboxEvent.Status.PENDING, id__lte=bound
-            ).order_by("id")[:DRAIN_CHUNK]
+            )
+            .order_by("id")
+            .values_list("id", "attempts")[:DRAIN_CHUNK]
+        )
+        if not head:
+            return 0
+        first_id, first_attempts = head[0]
+        if first_attempts >= QUARANTINE_AFTER:
+            _quarantine(first_id)
+            return 1
+        if first_attempts:  # a drain died with it: alone, so a poison row is found
+            ids = [first_id]
+        else:  # the untried rows up to the first one tried before
+            ids = []
+            for row_id, attempts in head:
+                if attempts:
+                    break
+                ids.append(row_id)
+        InboxEvent.objects.filter(pk__in=ids).update(attempts=F("attempts") + 1)
+    with transaction.atomic():
+        rows = list(
+            InboxEvent.objects.filter(pk__in=ids, status=InboxEvent.Status.PENDING).order_by("id")
         )
         if not rows:
-            return 0
+            return len(ids)  # another drainer took them meanwhile
         project = Project.objects.get(pk=project_id)
         agents = Agent.objects.in_bulk({row.agent_id for row in rows})
         done, rejected = [], []
         start = 0
-        while start < len(rows):  # runs of consecutive rows from one agent, in order
+        while start < len(rows):  # runs of consecutive rows from one agent's key, in order
             end = start
-            while end < len(rows) and rows[end].agent_id == rows[start].agent_id:
+            while end < len(rows) and (rows[end].agent_id, rows[end].may_decide) == (
+                rows[start].agent_id,
+                rows[start].may_decide,
+            ):
                 end += 1
             for row, outcome in zip(
                 rows[start:end],
-                _apply_rows(project, agents[rows[start].agent_id], rows[start:end]),
+                _apply_rows(
+                    project,
+                    agents[rows[start].agent_id],
+                    rows[start:end],
+                    may_decide=rows[start].may_decide,
+                ),
                 strict=False,
             ):
                 if outcome.status == "rejected":
@@ -383,11 +467,29 @@ def _drain_chunk(project_id: int, *, bound: int) -> int:
         return len(rows)
 
 
+def _quarantine(row_id: int) -> None:
+    logger.error(
+        "inbox row %s quarantined: %d drains died while applying it", row_id, QUARANTINE_AFTER
+    )
+    QUARANTINED_EVENTS.inc()
+    InboxEvent.objects.filter(pk=row_id).update(
+        status=InboxEvent.Status.QUARANTINED, errors=[{"loc": "", "msg": QUARANTINED}]
+    )
+
+
+#: What a quarantined inbox row says.
+QUARANTINED = (
+    f"callgate could not apply this event: {QUARANTINE_AFTER} attempts stopped while applying it "
+    "(set aside for the operators; it will not be tried again)"
+)
+
 #: What an inbox row that cannot be applied says (a bug, logged with its stack trace).
 APPLY_FAILED = "callgate could not apply this event (an internal error, logged for the operators)"
 
 
-def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[Outcome]:
+def _apply_rows(
+    project: Project, agent: Agent, rows: list[InboxEvent], *, may_decide: bool
+) -> list[Outcome]:
     """``events_apply`` over the rows' events; a row whose body no longer validates, or a
     batch that fails unexpectedly, never blocks the rows behind it."""
     outcomes: list[Outcome | None] = [None] * len(rows)
@@ -401,7 +503,7 @@ def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[
                 status="rejected", errors=[{"loc": "", "msg": str(exc)[:2000]}]
             )
     try:
-        applied = events_apply(project=project, agent=agent, events=events)
+        applied = events_apply(project=project, agent=agent, events=events, may_decide=may_decide)
     except Exception:
         logger.exception(
             "applying %d inbox events of project %s failed; applying them one by one",
@@ -411,7 +513,11 @@ def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[
         applied = []
         for event in events:
             try:
-                applied.append(events_apply(project=project, agent=agent, events=[event])[0])
+                applied.append(
+                    events_apply(
+                        project=project, agent=agent, events=[event], may_decide=may_decide
+                    )[0]
+                )
             except Exception:
                 logger.exception(
                     "inbox event %s of project %s cannot be applied", event.event_id, project.pk
@@ -446,6 +552,29 @@ def _answer_as_left(event: CallEvent) -> dict:
     return answer
 
 
+def proposal_reused(project: Project, event: Any) -> bool:
+    """True when ``event`` (a gate proposal) re-uses the event ID of an applied proposal of
+    another tool or other arguments: a different call under an old event ID, which would
+    otherwise get the first call's verdict without a word (the gate answers 409)."""
+    stored = (
+        CallEvent.objects.select_related("call")
+        .filter(project=project, event_id=event.event_id, kind=CallEvent.Kind.PROPOSED)
+        .first()
+    )
+    if stored is None:
+        return False
+    proposal = normalise(event.format, event.call)
+    digest = (
+        hashlib.sha256(canonical_json(proposal.arguments)).hexdigest()
+        if proposal.arguments_ok
+        else ""
+    )
+    call = stored.call
+    return (proposal.tool or "")[:TOOL_NAME_LENGTH] != call.tool_name or (
+        bool(digest and call.arguments_digest) and digest != call.arguments_digest
+    )
+
+
 def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
     """Where one received event stands, or ``None`` when this project never received it:
     ``{"event_id", "status", "errors", "answer"}`` with status ``pending`` (in the inbox),
@@ -455,6 +584,14 @@ def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
     are the call's now; ``GET /api/v1/calls/{operation_id}`` has where the call stands now).
     For a ``turn`` event (kind ``turn``): ``calls``, one such answer per call of the turn, in
     order, and ``answer`` is the first's."""
+    for _ in range(2):  # a drain may apply the row between the two look-ups: look again
+        found = _event_answer_once(project, event_id)
+        if found is not None:
+            return found
+    return None
+
+
+def _event_answer_once(project: Project, event_id: uuid.UUID) -> dict | None:
     event = (
         CallEvent.objects.select_related("call__contract")
         .filter(project=project, event_id=event_id)
@@ -501,8 +638,10 @@ def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
 
 class EventRefused(Exception):
     """``event_settle`` could not apply the event. ``kind``: ``invalid`` (refused at the door,
-    the request's fault), ``reused`` (its ``event_id`` was used for another kind of event),
-    ``refused`` (the rules refused it when it was applied) or ``internal`` (callgate's bug).
+    the request's fault), ``reused`` (its ``event_id`` was used for another kind of event, or
+    for a proposal of another tool or other arguments), ``busy`` (another drain held the
+    project's inbox past ``DRAIN_LOCK_WAIT``: send it again, same ``event_id``), ``refused``
+    (the rules refused it when it was applied) or ``internal`` (callgate's bug).
     ``errors`` are ``[{"loc", "msg"}]``."""
 
     def __init__(self, kind: str, errors: list[dict]):
@@ -519,10 +658,24 @@ def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
     [received] = events_receive(project=project, agent=agent, events=[event])
     if received.status == "rejected":
         raise EventRefused("invalid", received.errors)
-    inbox_drain(project.pk)
+    if (
+        received.status == "duplicate"
+        and event.type == "proposed"
+        and proposal_reused(project, event)
+    ):
+        raise EventRefused(
+            "reused",
+            [{"loc": "event_id", "msg": "already used for another tool or other arguments"}],
+        )
+    try:
+        inbox_drain(project.pk)
+    except DrainBusy:  # its own event stays pending: answered below
+        pass
     found = event_answer(project, event.event_id)
     if found is None or found["kind"] != event.type:
         raise EventRefused("reused", [{"loc": "event_id", "msg": "already used"}])
+    if found["status"] == "pending":
+        raise EventRefused("busy", [{"loc": "event_id", "msg": "still waiting in the inbox"}])
     if found["status"] != "applied":
         failed = any(e["msg"] == APPLY_FAILED for e in found["errors"])
         raise EventRefused("internal" if failed else "refused", found["errors"])

@@ -42,6 +42,7 @@ from callgate.models import (
     ToolCall,
     ToolContract,
 )
+from callgate.prometheus import VERDICTS
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,
@@ -217,9 +218,21 @@ class _TurnPart:
         self.trace_id, self.actor = turn.trace_id, turn.actor
 
 
+#: Width of the stored tool-name columns: a longer (unknown) name is kept truncated.
+TOOL_NAME_LENGTH = ToolCall._meta.get_field("tool_name").max_length
+
+
+def _budget_key(request_id: str | None, tool: str | None) -> tuple[str, str] | None:
+    """The re-ask budget's key, ``(request ID, tool name as stored)``, when both are given."""
+    return (request_id, tool[:TOOL_NAME_LENGTH]) if request_id and tool else None
+
+
 class _Batch:
-    def __init__(self, *, project: Project, agent: Agent, source: str, user=None):
+    def __init__(
+        self, *, project: Project, agent: Agent, source: str, user=None, may_decide: bool = False
+    ):
         self.project, self.agent, self.source, self.user = project, agent, source, user
+        self.may_decide = may_decide
         self.now = timezone.now()
         self.calls: dict[str, ToolCall] = {}
         self.by_call_id: dict[tuple[str, str], ToolCall] = {}
@@ -265,8 +278,8 @@ class _Batch:
                 self.prepared[index] = prepared
                 for each in prepared:
                     op_ids.add(each.operation_id)
-                    if event.request_id and each.proposal.tool:
-                        budget_keys.add((event.request_id, each.proposal.tool))
+                    if key := _budget_key(event.request_id, each.proposal.tool):
+                        budget_keys.add(key)
             elif event.operation_id:
                 op_ids.add(event.operation_id)
             elif event.request_id and event.call_id:
@@ -454,6 +467,8 @@ class _Batch:
                 raise Rejected(
                     "type", "this call was refused at the gate; there is nothing to reconcile"
                 )
+            if not self._may_settle(contract):
+                return self._information(call, event, state_before)
             result = cls.classify_reconciled(
                 found=event.found,
                 matches=event.matches,
@@ -473,6 +488,8 @@ class _Batch:
                 )
                 call.receipt_at = self.now
         elif isinstance(event, ReceiptEvent):
+            if not self._may_settle(contract):
+                return self._information(call, event, state_before)
             result = cls.classify_receipt(contract_name=name)
             if call.state == S.SUCCEEDED:
                 return self._record(call, event, result, state_before, change=False)
@@ -504,7 +521,44 @@ class _Batch:
         self._set(call, result, new_state)
         return self._record(call, event, result, state_before)
 
+    def _may_settle(self, contract: ToolContract | None) -> bool:
+        """Whether this batch's ``reconciled`` or ``receipt`` event may settle a call: from
+        an operator or callgate's reconciler, from a key with ``can_decide``, or from the agent
+        when its contract makes the agent the reconciler (``reconcile_method`` agent). An
+        agent's word on a contract callgate reconciles itself, or that cannot be reconciled,
+        is information for the operator (issue 16: an agent cannot close a review)."""
+        return (
+            self.source != CallEvent.Source.AGENT
+            or self.may_decide
+            or (
+                contract is not None
+                and contract.reconcile_method == ToolContract.ReconcileMethod.AGENT
+            )
+        )
+
+    def _information(self, call: ToolCall, event: Any, state_before: str) -> ToolCall:
+        """Record an agent's report that may not settle the call: the call keeps its state,
+        reason and review item; the event says ``information_only`` (DESIGN: trust)."""
+        current = cls.Verdict(
+            reason=Reason(call.reason) if call.reason else None,
+            route=Route(call.route or Route.PROCEED),
+            observation=call.observation,
+        )
+        return self._record(call, event, current, state_before, change=False, information=True)
+
     def _find(self, event: Any) -> ToolCall:
+        call = self._lookup(event)
+        if self.source == CallEvent.Source.AGENT and call.agent_id != self.agent.pk:
+            # another agent's call: answered as if it did not exist (no existence oracle)
+            raise Rejected(
+                "operation_id" if event.operation_id else "call_id",
+                "no call with this "
+                + ("operation_id" if event.operation_id else "call_id")
+                + " for this agent",
+            )
+        return call
+
+    def _lookup(self, event: Any) -> ToolCall:
         if event.operation_id:
             call = self.calls.get(event.operation_id)
             if call is None:
@@ -538,7 +592,7 @@ class _Batch:
         lifecycle.check(state_before, "proposed")
         contract = self.tools.get(proposal.tool or "")
         request_id = event.request_id
-        budget_key = (request_id, proposal.tool) if request_id and proposal.tool else None
+        budget_key = _budget_key(request_id, proposal.tool)
         identical = self._count_proposal(budget_key, prepared.loop_key) if contract else 1
         context = cls.Context(
             identical=identical,
@@ -597,7 +651,7 @@ class _Batch:
                 call_id=(None if turn else event.call_id) or proposal.call_id or "",
                 actor=event.actor or "",
                 provider_format=event.format,
-                tool_name=(proposal.tool or "")[:128],
+                tool_name=(proposal.tool or "")[:TOOL_NAME_LENGTH],
                 contract=contract,
                 created_at=self.now,
                 state=S.ALLOWED,
@@ -788,6 +842,7 @@ class _Batch:
         *,
         change: bool = True,
         body: dict | None = None,
+        information: bool = False,
     ) -> ToolCall:
         if change or call.operation_id not in self.new_ids:
             self.changed.add(call.operation_id)
@@ -808,6 +863,9 @@ class _Batch:
             body = redact(body, call.contract.sensitive_fields if call.contract else ())
             if isinstance(event, AttemptEvent):  # classified whole above, stored cut
                 body = cut_texts(body)
+        if information:
+            body["information_only"] = True
+        VERDICTS.labels(result.reason.value if result.reason else "", result.route.value).inc()
         cause = result.cause
         self.events.append(
             (
@@ -901,6 +959,7 @@ def events_apply(
     events: list[Any],
     source: str = CallEvent.Source.AGENT,
     user=None,
+    may_decide: bool = False,
 ) -> list[Outcome]:
     """Apply validated events (``callgate.schemas`` models) in order; one ``Outcome`` each.
 
@@ -909,12 +968,21 @@ def events_apply(
     the call's state does not allow) is ``rejected`` with ``errors`` naming the field; the
     others are stored. Runs in one transaction; retried once if a concurrent request
     created the same operation first. Each event's classification is stored on its
-    ``CallEvent``; ``event_answer`` reads it back."""
+    ``CallEvent``; ``event_answer`` reads it back.
+
+    An agent's events name only that agent's calls (another agent's call is answered as
+    unknown). ``may_decide`` (the key's ``can_decide``) lets an agent's ``reconciled`` and
+    ``receipt`` events settle calls whose contract the agent does not reconcile itself."""
     for attempt in range(2):
         try:
             with transaction.atomic():
                 return _apply_once(
-                    project=project, agent=agent, events=events, source=source, user=user
+                    project=project,
+                    agent=agent,
+                    events=events,
+                    source=source,
+                    user=user,
+                    may_decide=may_decide,
                 )
         except IntegrityError:
             if attempt == 1:
@@ -922,8 +990,8 @@ def events_apply(
     raise AssertionError("unreachable")
 
 
-def _apply_once(*, project, agent, events, source, user) -> list[Outcome]:
-    batch = _Batch(project=project, agent=agent, source=source, user=user)
+def _apply_once(*, project, agent, events, source, user, may_decide) -> list[Outcome]:
+    batch = _Batch(project=project, agent=agent, source=source, user=user, may_decide=may_decide)
     seen = batch.load(events)
     outcomes: list[Outcome] = []
     for index, event in enumerate(events):

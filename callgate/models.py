@@ -165,6 +165,9 @@ class ToolContract(models.Model):
     digest = models.CharField(max_length=64)  # SHA-256 of the canonical contract body
     lint_score = models.PositiveIntegerField(default=100)
     lint_findings = models.JSONField(default=list, blank=True)
+    published_by = models.CharField(
+        max_length=200, blank=True, help_text="Who published this version: an agent or a user."
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -184,10 +187,13 @@ class ToolContract(models.Model):
 
 
 class AgentTool(models.Model):
-    """A tool name an agent registered: the set that ``unknown_tool`` checks against."""
+    """A tool name an agent registered: the set that ``unknown_tool`` checks against. The
+    agent that created the tool is its ``owner`` and may publish changed versions; an agent
+    that registered the identical contract afterwards only uses it."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tools")
     name = models.CharField(max_length=128)
+    owner = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "name"], name="agenttool_unique")]
@@ -355,6 +361,9 @@ class InboxEvent(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
         REJECTED = "rejected", "Rejected"
+        #: a drain died with it ``inbox.QUARANTINE_AFTER`` times (a worker killed or over its
+        #: time limit): set aside for an administrator, never tried again
+        QUARANTINED = "quarantined", "Quarantined"
 
     # No database-level foreign keys: each would cost a referential check per inserted row on
     # the ingest hot path (measured: about 15 µs of 35 per event). Both IDs come from the API
@@ -371,8 +380,18 @@ class InboxEvent(models.Model):
     event_id = models.UUIDField()
     body = models.JSONField(help_text="The envelope as received (validated; not yet redacted).")
     received_at = models.DateTimeField(default=timezone.now)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    status = models.CharField(max_length=11, choices=Status.choices, default=Status.PENDING)
     errors = models.JSONField(default=list, blank=True)
+    may_decide = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Sent with a can_decide key: its reconciled and receipt events may settle calls.",
+    )
+    attempts = models.PositiveSmallIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Drains that took this row; one that died leaves it counted (quarantine).",
+    )
 
     class Meta:
         constraints = [

@@ -104,7 +104,7 @@ def replay_case(case: dict) -> dict:
                     envelope["operation_id"] = operation_id
                 event = EVENT_ADAPTER.validate_python(envelope)
                 events_receive(project=project, agent=agent, events=[event], may_decide=True)
-                inbox_drain(project.pk)
+                inbox_drain(project.pk, lock_wait=60)  # offline: wait for a live drainer
                 found = event_answer(project, event.event_id)
                 if found is None or found["status"] != "applied":
                     errors = found["errors"] if found else [{"msg": "the event was not stored"}]

@@ -409,10 +409,11 @@ class EventStatus(BaseModel):
     """Where one received event stands (``GET /api/v1/events/{event_id}``)."""
 
     event_id: str
-    status: Literal["pending", "applied", "rejected"] = Field(
+    status: Literal["pending", "applied", "rejected", "quarantined"] = Field(
         description=(
             "pending: stored, not applied yet; applied: classified and recorded on its call (see answer); "
-            "rejected: the rules refused it when it was applied (see errors), e.g. an attempt for an unknown call."
+            "rejected: the rules refused it when it was applied (see errors), e.g. an attempt for an unknown call; "
+            "quarantined: applying it stopped callgate's worker repeatedly; set aside for the operators."
         )
     )
     kind: str | None = Field(description="The event's type: proposed, attempt, denied, …")

@@ -349,6 +349,30 @@ def contract_versions(*, project: Project, name: str) -> list[ToolContract]:
     )
 
 
+def contract_as_input(contract: ToolContract) -> dict:
+    """``contract`` in the shape ``PUT /api/v1/tools/{name}`` takes (``schemas.ContractIn``):
+    what the contract page's "Publish a version" form starts from."""
+    return {
+        "description": contract.description,
+        "effect": contract.effect,
+        "idempotent": contract.idempotent,
+        "reconcilable": contract.reconcile_method == ToolContract.ReconcileMethod.AGENT,
+        "reconcile_url": contract.reconcile_url or None,
+        "max_attempts": contract.max_attempts,
+        "max_reasks": contract.max_reasks,
+        "requires_approval": contract.requires_approval,
+        "approval_timeout_seconds": contract.approval_timeout_seconds,
+        "retry": {
+            "initial_interval": contract.retry_initial_interval,
+            "backoff_coefficient": contract.retry_backoff_coefficient,
+            "maximum_interval": contract.retry_maximum_interval,
+            "deadline_seconds": contract.deadline_seconds,
+        },
+        "sensitive_fields": contract.sensitive_fields,
+        "parameters": contract.parameters,
+    }
+
+
 # --- agents ------------------------------------------------------------------------------
 
 

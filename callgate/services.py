@@ -106,13 +106,12 @@ V2_DEFAULTS = {
 }
 
 
-def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[ToolContract, bool]:
-    """Register ``name`` for ``agent``: the same contract again is a no-op, a changed one
-    becomes the next version; used versions are never modified. Returns (version, created).
+class ContractForbidden(ContractRejected):
+    """This agent may not publish a changed version of another agent's tool."""
 
-    Raises ``ContractRejected`` for an invalid JSON Schema (draft 2020-12), a body whose
-    ``name`` differs from the URL's, or a changed contract from an agent that has not
-    registered this tool while others have (one agent cannot weaken another's contract)."""
+
+def _contract_checked(*, name: str, payload: ContractIn) -> str:
+    """The digest of a valid contract body; raises ``ContractRejected``."""
     if payload.name is not None and payload.name != name:
         raise ContractRejected(
             "name", f"the body names {payload.name!r} but the URL names {name!r}"
@@ -125,73 +124,136 @@ def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[
     for key, default in V2_DEFAULTS.items():
         if body.get(key) == default:
             body.pop(key)
-    digest = arguments_digest(body)
-    if payload.reconcile_url:
-        method = ToolContract.ReconcileMethod.HTTP
-    elif payload.reconcilable:
-        method = ToolContract.ReconcileMethod.AGENT
-    else:
-        method = ToolContract.ReconcileMethod.NONE
+    return arguments_digest(body)
+
+
+def contract_register(*, agent: Agent, name: str, payload: ContractIn) -> tuple[ToolContract, bool]:
+    """Register ``name`` for ``agent``: the same contract again is a no-op, a changed one
+    becomes the next version; used versions are never modified. Returns (version, created).
+
+    The agent that created the tool owns it: only it (or a project admin, with
+    ``contract_publish`` from the contract's page) publishes changed versions. Another agent
+    that registers the identical contract gets to use it (read access), never to change it.
+
+    Raises ``ContractRejected`` for an invalid JSON Schema (draft 2020-12) or one over the
+    complexity budget (``classification.schema_problems``), or a body whose ``name`` differs
+    from the URL's; ``ContractForbidden`` for a changed contract from an agent that does not
+    own the tool (issue 16: one agent cannot weaken another's contract)."""
+    digest = _contract_checked(name=name, payload=payload)
     project = agent.project
     for attempt in range(3):
         try:
             with transaction.atomic():
-                latest = (
-                    ToolContract.objects.filter(project=project, name=name)
-                    .order_by("-version")
-                    .first()
-                )
-                if latest is not None and latest.digest != digest:
-                    owners = list(
-                        AgentTool.objects.filter(agent__project=project, name=name).values_list(
-                            "agent__name", flat=True
-                        )
-                    )
-                    if owners and agent.name not in owners:
-                        raise ContractRejected(
-                            "name",
-                            f"{name!r} is registered by {', '.join(sorted(owners))}; only "
-                            "they can publish a changed contract (the same one joins)",
-                        )
-                AgentTool.objects.get_or_create(agent=agent, name=name)
+                latest = _latest_contract(project=project, name=name)
                 if latest is not None and latest.digest == digest:
+                    AgentTool.objects.get_or_create(agent=agent, name=name)
                     return latest, False
-                report = lint_contract(
-                    name=name, description=payload.description, parameters=payload.parameters
-                )
-                contract = ToolContract.objects.create(
+                if latest is not None:
+                    owners = AgentTool.objects.filter(agent__project=project, name=name, owner=True)
+                    if not owners.filter(agent=agent).exists():
+                        created_by = ", ".join(sorted(owners.values_list("agent__name", flat=True)))
+                        raise ContractForbidden(
+                            "name",
+                            f"{name!r} was created by {created_by or 'another agent'}; only it "
+                            "or a project admin can publish a changed contract (registering the "
+                            "identical contract lets this agent use it)",
+                        )
+                tool, _ = AgentTool.objects.get_or_create(agent=agent, name=name)
+                if latest is None and not tool.owner:
+                    tool.owner = True
+                    tool.save(update_fields=["owner"])
+                contract = _contract_version_create(
                     project=project,
                     name=name,
-                    version=(latest.version + 1) if latest else 1,
-                    label=payload.version or "",
-                    description=payload.description,
-                    parameters=payload.parameters,
-                    effect=payload.effect,
-                    idempotent=payload.idempotent,
-                    reconcile_method=method,
-                    reconcile_url=payload.reconcile_url or "",
-                    max_attempts=payload.max_attempts,
-                    max_reasks=payload.max_reasks,
-                    retry_initial_interval=payload.retry.initial_interval,
-                    retry_backoff_coefficient=payload.retry.backoff_coefficient,
-                    retry_maximum_interval=payload.retry.maximum_interval,
-                    deadline_seconds=payload.retry.deadline_seconds,
-                    requires_approval=payload.requires_approval,
-                    approval_timeout_seconds=payload.approval_timeout_seconds,
-                    sensitive_fields=payload.sensitive_fields,
-                    volatile_arguments=payload.volatile_arguments,
-                    max_identical=payload.max_identical,
-                    not_found_may_hide_forbidden=payload.not_found_may_hide_forbidden,
-                    result_error_markers=payload.result_error_markers,
+                    payload=payload,
                     digest=digest,
-                    lint_score=report.score,
-                    lint_findings=[f.as_dict() for f in report.findings],
+                    latest=latest,
+                    published_by=f"agent {agent.name}",
                 )
                 return contract, True
         except IntegrityError:  # a concurrent registration took the version number
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+def contract_publish(
+    *, project: Project, name: str, payload: ContractIn, user
+) -> tuple[ToolContract, bool]:
+    """A project admin publishes ``payload`` as the next version of the existing tool
+    ``name`` (the contract page's action); the same contract again is a no-op. Returns
+    (version, created). Raises ``ContractRejected`` as ``contract_register`` does, and for a
+    tool the project does not have (``name``)."""
+    digest = _contract_checked(name=name, payload=payload)
+    with transaction.atomic():
+        latest = _latest_contract(project=project, name=name, lock=True)
+        if latest is None:
+            raise ContractRejected("name", f"no tool {name!r} in this project")
+        if latest.digest == digest:
+            return latest, False
+        contract = _contract_version_create(
+            project=project,
+            name=name,
+            payload=payload,
+            digest=digest,
+            latest=latest,
+            published_by=f"user {user.get_username()}",
+        )
+        return contract, True
+
+
+def _latest_contract(*, project: Project, name: str, lock: bool = False) -> ToolContract | None:
+    versions = ToolContract.objects.filter(project=project, name=name).order_by("-version")
+    return (versions.select_for_update() if lock else versions).first()
+
+
+def _contract_version_create(
+    *,
+    project: Project,
+    name: str,
+    payload: ContractIn,
+    digest: str,
+    latest: ToolContract | None,
+    published_by: str,
+) -> ToolContract:
+    if payload.reconcile_url:
+        method = ToolContract.ReconcileMethod.HTTP
+    elif payload.reconcilable:
+        method = ToolContract.ReconcileMethod.AGENT
+    else:
+        method = ToolContract.ReconcileMethod.NONE
+    report = lint_contract(
+        name=name, description=payload.description, parameters=payload.parameters
+    )
+    return ToolContract.objects.create(
+        project=project,
+        name=name,
+        version=(latest.version + 1) if latest else 1,
+        label=payload.version or "",
+        description=payload.description,
+        parameters=payload.parameters,
+        effect=payload.effect,
+        idempotent=payload.idempotent,
+        reconcile_method=method,
+        reconcile_url=payload.reconcile_url or "",
+        max_attempts=payload.max_attempts,
+        max_reasks=payload.max_reasks,
+        retry_initial_interval=payload.retry.initial_interval,
+        retry_backoff_coefficient=payload.retry.backoff_coefficient,
+        retry_maximum_interval=payload.retry.maximum_interval,
+        deadline_seconds=payload.retry.deadline_seconds,
+        requires_approval=payload.requires_approval,
+        approval_timeout_seconds=payload.approval_timeout_seconds,
+        sensitive_fields=payload.sensitive_fields,
+        volatile_arguments=payload.volatile_arguments,
+        max_identical=payload.max_identical,
+        not_found_may_hide_forbidden=payload.not_found_may_hide_forbidden,
+        result_error_markers=payload.result_error_markers,
+        digest=digest,
+        lint_score=report.score,
+        lint_findings=[f.as_dict() for f in report.findings],
+        published_by=published_by,
+    )
 
 
 # --- events that do not come from the agent ------------------------------------------------

@@ -9,6 +9,7 @@ accepted for secrets. Test-only overrides live in ``tests/conftest.py``.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -106,6 +107,9 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
+    "axes",
+    "health_check",
+    "django_prometheus",
     "callgate",
     "reviews",
     "mcp_gateway",
@@ -117,6 +121,8 @@ if CALLGATE_DEMO:
     INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "callgate.logmask.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "callgate.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -128,7 +134,22 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "callgate.throttling.RateLimitHeadersMiddleware",
+    # last: django-axes locks out repeated failed logins (AXES_* below)
+    "axes.middleware.AxesMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+#: django-axes: after CALLGATE_LOGIN_FAILURE_LIMIT wrong passwords for one user name from
+#: one address, that pair is locked out for CALLGATE_LOGIN_COOLOFF_MINUTES (answer 429).
+AXES_FAILURE_LIMIT = env_int("CALLGATE_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CALLGATE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
 
 ROOT_URLCONF = "callgate.urls"
 WSGI_APPLICATION = "callgate.wsgi.application"
@@ -232,6 +253,10 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "callgate.api.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "callgate.throttling.ApiKeyRateThrottle",
+        "callgate.throttling.ProjectRateThrottle",
+    ],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -265,8 +290,32 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 300  # seconds; below the Redis visibility timeout
 CELERY_TASK_SOFT_TIME_LIMIT = 240
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+#: Redis redelivers a task a worker took and never acknowledged (acks_late: it died) after
+#: this many seconds: above the hard time limit (a running task is never handed out twice)
+#: and above every retry countdown (webhooks: at most 32 s, reconcile 30 s, drain 1 s), far
+#: below the hour it was (a killed worker's tasks waited that long).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 60}
 CELERY_TASK_SERIALIZER = "json"
+#: Django's cache (API throttles, login lockouts): shared by every web worker, so Redis in
+#: production (CACHE_URL, else a redis:// broker URL); in-process memory in the embedded default.
+CACHE_URL = env_str("CACHE_URL") or (
+    CELERY_BROKER_URL if (CELERY_BROKER_URL or "").startswith(("redis://", "rediss://")) else None
+)
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": "callgate",
+        }
+        if CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+if not CACHE_URL:
+    # django-axes warns that an in-process cache is not shared between processes; the
+    # embedded default runs one process, and production sets CACHE_URL (or a redis broker).
+    SILENCED_SYSTEM_CHECKS = ["axes.W001"]
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BEAT_SCHEDULE: dict = {
     # periodic jobs of callgate.tasks; each is idempotent and bounded per run ("expires": a
@@ -292,6 +341,12 @@ CELERY_BEAT_SCHEDULE: dict = {
         "options": {"expires": 3600},
     },
     # reviews: lapse claims whose lease ran out, expire approval items past their timeout
+    # reviews: decisions whose webhook delivery is overdue in the outbox (a lost task)
+    "webhook-outbox-sweep": {
+        "task": "reviews.tasks.sweep_webhooks",
+        "schedule": 30.0,
+        "options": {"expires": 30},
+    },
     "reviews-housekeeping": {
         "task": "reviews.tasks.review_housekeeping",
         "schedule": 30.0,
@@ -328,6 +383,17 @@ CALLGATE_RECONCILE_AUTH_ORIGINS = env_list("CALLGATE_RECONCILE_AUTH_ORIGINS", []
 #: Origins reconcile look-ups may go to. Empty: any origin whose host has only public
 #: addresses (plus the AUTH origins above); loopback, private and link-local are refused.
 CALLGATE_RECONCILE_ORIGINS = env_list("CALLGATE_RECONCILE_ORIGINS", [])
+#: API throttles (DRF rates "<n>/<second|minute|hour|day>"): per key, per project, and failed
+#: key look-ups per client address and minute (0: off). Counted in the shared cache.
+CALLGATE_THROTTLE_KEY = env_str("CALLGATE_THROTTLE_KEY") or "6000/min"
+CALLGATE_THROTTLE_PROJECT = env_str("CALLGATE_THROTTLE_PROJECT") or "30000/min"
+CALLGATE_AUTH_FAILURES_PER_MINUTE = env_int("CALLGATE_AUTH_FAILURES_PER_MINUTE", 30)
+#: Backpressure (``callgate.inbox.inbox_over_limit``): pending inbox events per project past
+#: which POST /api/v1/events, the gate and the OTLP receiver answer 429 with Retry-After (0: no limit), and the seconds that Retry-After says.
+CALLGATE_INBOX_LIMIT = env_int("CALLGATE_INBOX_LIMIT", 20_000)
+CALLGATE_INBOX_RETRY_AFTER = env_int("CALLGATE_INBOX_RETRY_AFTER", 5, minimum=1)
+#: Readiness (/ready/): the oldest pending inbox event may wait this many seconds.
+CALLGATE_READY_INBOX_LAG = env_int("CALLGATE_READY_INBOX_LAG", 300, minimum=1)
 CALLGATE_RECONCILE_TIMEOUT = env_int("CALLGATE_RECONCILE_TIMEOUT", 5, minimum=1)  # seconds
 #: Dotted path of a factory of the look-ups' httpx transport (``callgate.reconcile.make_client``).
 #: Empty: the network, guarded. The demo answers look-ups of ``/simulator/…`` in-process.
@@ -335,18 +401,32 @@ CALLGATE_RECONCILE_TRANSPORT = env_str("CALLGATE_RECONCILE_TRANSPORT") or (
     "demo.simulator.lookup_transport" if CALLGATE_DEMO else ""
 )
 CALLGATE_REVIEW_CLAIM_LEASE = env_int("CALLGATE_REVIEW_CLAIM_LEASE", 15 * 60, minimum=60)  # seconds
-#: Backpressure: when a project has this many events received and not yet applied (pending
-#: inbox rows), ingest answers 429 with Retry-After until the drain catches up
-#: (``callgate.inbox.inbox_backpressure``). 0 turns the check off.
-CALLGATE_INBOX_MAX_PENDING = env_int("CALLGATE_INBOX_MAX_PENDING", 100_000)
-#: Seconds a client is told to wait (Retry-After) when the inbox is over its limit.
-CALLGATE_INBOX_RETRY_AFTER = env_int("CALLGATE_INBOX_RETRY_AFTER", 5, minimum=1)
 
+#: "text" (default) or "json": one JSON object per line (python-json-logger) with the
+#: request ID and operation ID of the work at hand (callgate.logmask).
+LOG_FORMAT = env_str("LOG_FORMAT") or "text"
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"mask_api_keys": {"()": "callgate.logmask.MaskApiKeysFilter"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["mask_api_keys"]}},
+    "filters": {
+        "mask_api_keys": {"()": "callgate.logmask.MaskApiKeysFilter"},
+        "context": {"()": "callgate.logmask.ContextFilter"},
+    },
+    "formatters": {
+        "json": {
+            "()": "callgate.logmask.MaskedJsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s %(operation_id)s",
+        }
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["mask_api_keys", "context"],
+            **({"formatter": "json"} if LOG_FORMAT == "json" else {}),
+        }
+    },
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

@@ -26,12 +26,15 @@ import random
 from datetime import timedelta
 
 from celery import shared_task
+from django.core.cache import cache
 from django.utils import timezone
 
 from callgate import services
-from callgate.inbox import inbox_drain
+from callgate.inbox import DrainBusy, inbox_drain
 from callgate.lifecycle import IllegalTransition
+from callgate.logmask import OPERATION_ID
 from callgate.models import CallEvent, InboxEvent, Project, ToolCall
+from callgate.prometheus import RECONCILE_OUTCOMES
 from callgate.reconcile import UNKNOWN, LookupResult, reconcile_calls_claim_stale, reconcile_lookup
 from callgate.reports.rollups import refresh_rollups  # noqa: F401  (defined beside the rollup code; beat: refresh-rollups)
 
@@ -100,6 +103,7 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
     call = ToolCall.objects.select_related("contract").filter(pk=call_id).first()
     if call is None or call.state not in allowed:
         return "skipped"
+    OPERATION_ID.set(call.operation_id)  # in this task's log records (callgate.logmask)
     contract = call.contract
     if contract is None or contract.reconcile_method != contract.ReconcileMethod.HTTP:
         return "skipped"  # the agent reports the reconciliation itself
@@ -113,6 +117,7 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
                     "stopped to avoid a loop",
                 },
             )
+            RECONCILE_OUTCOMES.labels("escalated").inc()
             return "escalated"
         try:
             result = reconcile_lookup(
@@ -126,6 +131,7 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
             services.call_reconcile_failed(
                 call=call, detail={**result.as_detail(), "lookups": self.request.retries + 1}
             )
+            RECONCILE_OUTCOMES.labels("could_not_tell").inc()
             return "could_not_tell"
         services.call_reconciled(
             call=call,
@@ -135,24 +141,67 @@ def reconcile_call(self, call_id: int, manual: bool = False) -> str:
             detail=result.as_detail(),
             receipt=result.receipt if result.found else None,
         )
+        RECONCILE_OUTCOMES.labels(result.outcome).inc()
         return result.outcome
     except IllegalTransition:  # settled meanwhile (a late receipt, an operator): nothing to do
         return "skipped"
 
 
-@shared_task(name="callgate.tasks.drain_inbox", ignore_result=True)
-def drain_inbox(project_id: int) -> int:
-    """Apply the project's pending inbox events in order; returns rows processed. Safe to run
-    twice at once or again: drainers of one project take turns, one chunk at a time."""
-    return inbox_drain(project_id)
+#: ``drain_inbox`` tries again this often when another drainer holds the project's inbox
+#: (then ``sweep_inbox`` takes over), DRAIN_RETRY_DELAY seconds apart.
+DRAIN_RETRIES = 5
+DRAIN_RETRY_DELAY = 1.0
+#: Seconds one ``drain_inbox`` run spends on a project before it queues itself again behind
+#: the other projects' tasks: a worker serves projects in turn, never one backlog to the end.
+DRAIN_TASK_SECONDS = 1.0
+#: Seconds a drain task waits for another drainer of its project before it retries later:
+#: short, as the drainer holding the project's inbox applies what this one would have.
+DRAIN_TASK_LOCK_WAIT = 0.1
+#: How long the "a drain of this project is queued" mark lives (seconds): enqueues while it
+#: stands are dropped (one queued drain per project; a lost one is replaced after this).
+DRAIN_QUEUED_TTL = 60
+
+
+def _drain_queued_key(project_id: int) -> str:
+    return f"callgate:drain-queued:{project_id}"
+
+
+@shared_task(
+    bind=True, name="callgate.tasks.drain_inbox", ignore_result=True, max_retries=DRAIN_RETRIES
+)
+def drain_inbox(self, project_id: int) -> int:
+    """Apply the project's pending inbox events in order, for up to ``DRAIN_TASK_SECONDS``;
+    returns rows processed. Safe to run twice at once or again: drainers of one project take
+    turns, one chunk at a time. Per-project fairness: a run that leaves events pending queues
+    a new run behind the other projects' tasks, and a drain that finds the project's inbox
+    held past ``inbox.DRAIN_LOCK_WAIT`` gives the worker back and tries again later
+    (Celery's retry), so one project's backlog never holds the workers another waits for."""
+    cache.delete(_drain_queued_key(project_id))  # events arriving from now on queue a new run
+    try:
+        processed = inbox_drain(
+            project_id, lock_wait=DRAIN_TASK_LOCK_WAIT, time_budget=DRAIN_TASK_SECONDS
+        )
+    except DrainBusy as busy:
+        if self.request.retries < self.max_retries:
+            raise self.retry(countdown=DRAIN_RETRY_DELAY) from None
+        return busy.processed
+    if InboxEvent.objects.filter(project_id=project_id, status=InboxEvent.Status.PENDING).exists():
+        drain_inbox_enqueue(project_id)
+    return processed
 
 
 def drain_inbox_enqueue(project_id: int) -> None:
-    """Enqueue ``drain_inbox`` for events already stored and committed. A broker that cannot
-    be reached loses nothing: the rows wait in the inbox for ``sweep_inbox``."""
+    """Enqueue ``drain_inbox`` for events already stored and committed, unless a run of this
+    project is queued already (one per project: a burst of batches queues one task, not one
+    per batch). A broker that cannot be reached loses nothing: the rows wait in the inbox for
+    ``sweep_inbox``."""
+    key = _drain_queued_key(project_id)
+    if not cache.add(key, 1, timeout=DRAIN_QUEUED_TTL):
+        return
     try:
         drain_inbox.delay(project_id)
     except Exception:
+        cache.delete(key)
         logger.warning(
             "could not enqueue drain_inbox(%s); the inbox sweep will apply the events",
             project_id,
@@ -170,7 +219,13 @@ def sweep_inbox() -> int:
         .distinct()
         .order_by()
     )
-    return sum(inbox_drain(project_id) for project_id in list(project_ids))
+    processed = 0
+    for project_id in list(project_ids):
+        try:
+            processed += inbox_drain(project_id)
+        except DrainBusy as busy:  # being drained: the next sweep comes back to it
+            processed += busy.processed
+    return processed
 
 
 @shared_task(name="callgate.tasks.sweep_reconciling", ignore_result=True)

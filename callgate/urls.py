@@ -15,7 +15,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from callgate import api, views
+from callgate import api, health, views
 from callgate.reports import views as report_views
 
 project_patterns = [
@@ -24,6 +24,7 @@ project_patterns = [
     path("calls/<path:operation_id>/", views.call_detail, name="call_detail"),
     path("contracts/", views.contracts, name="contracts"),
     path("contracts/<str:name>/", views.contract_detail, name="contract_detail"),
+    path("contracts/<str:name>/publish/", views.contract_publish, name="contract_publish"),
     path("agents/", views.agents, name="agents"),
     path("agents/<int:agent_id>/keys/", views.agent_key_create, name="agent_key_create"),
     path("agents/keys/<int:key_id>/revoke/", views.agent_key_revoke, name="agent_key_revoke"),
@@ -34,6 +35,9 @@ project_patterns = [
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("health/", health.liveness, name="health"),
+    path("ready/", health.readiness, name="ready"),
+    path("", include("django_prometheus.urls")),  # GET /metrics (callgate.metrics)
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

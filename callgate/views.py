@@ -6,6 +6,7 @@ calls list serves both the full page and its rows fragment (htmx polling) from o
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from urllib.parse import urlencode
 
@@ -15,14 +16,16 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
+from pydantic import ValidationError
 
-from callgate import metrics, selectors
+from callgate import metrics, selectors, services
 from callgate.access import Role, project_view, user_projects
 from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, ToolCall
 from callgate.reports import overview as overview_selectors
 from callgate.reports.overview import project_overview
 from callgate.reports.views import Links
+from callgate.schemas import ContractIn, error_list
 from callgate.selectors import TIME_PRESETS, CallFilters, Cursor
 from callgate.taxonomy import Category, Reason, Route
 from callgate.timeparse import parse_time
@@ -328,7 +331,14 @@ def contracts(request: HttpRequest) -> HttpResponse:
 @require_GET
 @project_view()
 def contract_detail(request: HttpRequest, name: str) -> HttpResponse:
-    """All versions of one tool's contract, newest first."""
+    """All versions of one tool's contract, newest first; project admins may publish a
+    version (the agent that created the tool publishes through the API)."""
+    return _contract_page(request, name)
+
+
+def _contract_page(
+    request: HttpRequest, name: str, *, draft: str = "", error: str = "", status: int = 200
+) -> HttpResponse:
     versions = selectors.contract_versions(project=request.project, name=name)
     if not versions:
         raise Http404("No such contract in this project.")
@@ -343,9 +353,34 @@ def contract_detail(request: HttpRequest, name: str) -> HttpResponse:
                 {"contract": c, "previous": previous, "changes": _contract_changes(c, previous)}
                 for c, previous in pairs
             ],
+            "can_publish": request.membership.has_role(Role.ADMIN),
+            "draft": draft
+            or json.dumps(selectors.contract_as_input(versions[0]), indent=2, ensure_ascii=False),
+            "error": error,
             "nav_active": "contracts",
         },
+        status=status,
     )
+
+
+@require_POST
+@project_view(role=Role.ADMIN)
+def contract_publish(request: HttpRequest, name: str) -> HttpResponse:
+    """A project admin publishes the posted contract (JSON, the API's shape) as the tool's
+    next version. Bad JSON or an invalid contract re-renders the page with the error (400)."""
+    draft = request.POST.get("contract", "")
+    try:
+        payload = ContractIn.model_validate_json(draft)
+        services.contract_publish(
+            project=request.project, name=name, payload=payload, user=request.user
+        )
+    except ValidationError as exc:
+        first = error_list(exc)[0]
+        error = f"{first['loc']}: {first['msg']}"
+        return _contract_page(request, name, draft=draft, error=error, status=400)
+    except services.ContractRejected as exc:
+        return _contract_page(request, name, draft=draft, error=f"{exc.loc}: {exc.msg}", status=400)
+    return redirect("callgate:contract_detail", request.project.slug, name)
 
 
 #: contract fields compared between versions, with their plain-words names

@@ -5,10 +5,13 @@
   compare-and-swap UPDATEs.
 - ``ReviewAudit``: append-only trail of everything done to an item (who, what, when,
   state before and after, reason). Comments are audit rows with ``action="comment"``.
+- ``WebhookOutbox``: one decision to deliver, written in the decision's transaction.
 - ``WebhookDelivery``: one attempt to POST a decision to the agent's webhook.
 """
 
 from __future__ import annotations
+
+import uuid
 
 from django.conf import settings
 from django.db import models
@@ -190,6 +193,39 @@ class ReviewAudit(models.Model):
     @property
     def is_comment(self) -> bool:
         return self.action == self.Action.COMMENT
+
+
+class WebhookOutbox(models.Model):
+    """A decision to deliver to the agent's webhook: the transactional outbox. Written in the
+    transaction that saves the decision, so a decision is never without its delivery; the
+    ``webhook_deliver`` task sends it (Celery's retry with backoff between attempts), and the
+    beat sweeper (``sweep_webhooks``) re-sends any row whose next attempt is overdue (a lost
+    broker message delays a delivery, never loses it). ``delivery_id`` is the Standard
+    Webhooks ``webhook-id``: the same for every attempt, so receivers deduplicate on it."""
+
+    delivery_id = models.UUIDField(unique=True, default=uuid.uuid4)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    item = models.ForeignKey(ReviewItem, null=True, blank=True, on_delete=models.CASCADE)
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    given_up_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            # the sweeper: undelivered rows by when they are due
+            models.Index(
+                fields=["next_attempt_at"],
+                name="webhookoutbox_due",
+                condition=models.Q(delivered_at__isnull=True, given_up_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"webhook {self.delivery_id}"
 
 
 class WebhookDelivery(models.Model):

@@ -98,7 +98,8 @@ def _apply(qs: QuerySet, filters: QueueFilters, *, user, now, skip: str = "") ->
 
 
 def absent_reconciliations() -> QuerySet:
-    """``reconciled`` CallEvents that found nothing in the target AND are newer than every
+    """Trusted ``reconciled`` CallEvents (not an agent's ``information_only`` report) that
+    found nothing in the target AND are newer than every
     ``attempt`` event of their call (by ``received_at``, then id). Only such a look-up proves
     the latest attempt did not happen; one from before a later attempt proves nothing about it.
     Filter by call (``.filter(call=…)`` or ``call=OuterRef("call")``) before use."""
@@ -108,8 +109,10 @@ def absent_reconciliations() -> QuerySet:
         Q(received_at__gt=OuterRef("received_at"))
         | Q(received_at=OuterRef("received_at"), pk__gt=OuterRef("pk"))
     )
-    return CallEvent.objects.filter(kind=CallEvent.Kind.RECONCILED, body__found=False).filter(
-        ~Exists(later_attempt)
+    return (
+        CallEvent.objects.filter(kind=CallEvent.Kind.RECONCILED, body__found=False)
+        .exclude(body__has_key="information_only")  # an agent's untrusted report (ingest)
+        .filter(~Exists(later_attempt))
     )
 
 

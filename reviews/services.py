@@ -13,7 +13,7 @@ Decisions change the CALL only through the core's ``callgate.services.call_apply
 from __future__ import annotations
 
 import logging
-import uuid
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -24,9 +24,11 @@ from django.utils import timezone
 
 from callgate import services as core_services
 from callgate.celery import enqueue_on_commit
+from callgate.escalation import webhook_outbox_add
 from callgate.lifecycle import IllegalTransition
 from callgate.models import Membership, ToolCall, ToolContract
-from reviews.models import ReviewAudit, ReviewItem
+from callgate.prometheus import WEBHOOK_ATTEMPTS
+from reviews.models import ReviewAudit, ReviewItem, WebhookOutbox
 from reviews.selectors import absent_reconciliations
 
 logger = logging.getLogger(__name__)
@@ -194,13 +196,33 @@ def review_item_release(*, item: ReviewItem, user) -> ReviewItem:
     return item
 
 
+def no_such_operator(username: str) -> str:
+    """The one error for an assignee who is not an operator of this project: whether the
+    user exists elsewhere (another tenant) or at all is not told."""
+    return f"No operator {username!r} in this project."
+
+
+def operator_by_username(*, project_id: int, username: str):
+    """The user ``username`` when an operator (or more) of the project, else None."""
+    membership = (
+        Membership.objects.select_related("user")
+        .filter(project_id=project_id, user__username=username)
+        .first()
+    )
+    if membership is None or not membership.has_role(Membership.Role.OPERATOR):
+        return None
+    return membership.user
+
+
 def review_item_assign(*, item: ReviewItem, user, assignee) -> ReviewItem:
     """Assign an open (or lapsed, or own) item to ``assignee``, an operator of the item's
     project; ``assignee=None`` unassigns. Raises ReviewError for a non-operator."""
     if assignee is not None:
-        membership = Membership.objects.filter(user=assignee, project_id=item.project_id).first()
-        if membership is None or not membership.has_role(Membership.Role.OPERATOR):
-            raise ReviewError("Items can only be assigned to operators of this project.")
+        if (
+            operator_by_username(project_id=item.project_id, username=assignee.get_username())
+            is None
+        ):
+            raise ReviewError(no_such_operator(assignee.get_username()))
     now = timezone.now()
     with transaction.atomic():
         if assignee is None:
@@ -408,7 +430,7 @@ def review_items_expire(*, now=None) -> int:
                     call_after=call.state,
                     reason="No decision before the approval timeout.",
                 )
-                _enqueue_webhook(item=item, call=call)
+                webhook_outbox_add(item=item, call=call)
                 expired += 1
         except IllegalTransition:
             logger.warning(
@@ -590,7 +612,7 @@ def review_item_decide(
                 call_before=call_before,
                 call_after=call.state,
             )
-            _enqueue_webhook(item=item, call=call)
+            webhook_outbox_add(item=item, call=call)
     except IllegalTransition as exc:
         raise ReviewError(
             f"The call's state does not allow this any more ({exc}). Reload to see it."
@@ -643,12 +665,95 @@ def review_items_bulk(
 # --- webhooks ------------------------------------------------------------------------------------
 
 
-def _enqueue_webhook(*, item: ReviewItem, call: ToolCall) -> None:
-    """On commit, deliver the call's decision to its agent's webhook (if it has one)."""
-    agent = call.agent
-    if not agent.webhook_url:
-        return
-    delivery_id = str(uuid.uuid4())
-    item_pk, call_pk = item.pk, call.pk
+@dataclass(frozen=True)
+class WebhookAttempt:
+    """What one ``webhook_attempt`` did: ``outcome`` is ``delivered``, ``failed`` (tried
+    again after ``retry_in`` seconds), ``given_up``, or ``skipped`` (delivered before, given
+    up, or being sent by another worker right now)."""
 
-    enqueue_on_commit("reviews.tasks.webhook_deliver", call_pk, item_pk, delivery_id)
+    outcome: str
+    retry_in: float | None = None
+
+
+def webhook_attempt(*, delivery_id: str) -> WebhookAttempt:
+    """Send one outbox row's decision once, holding the row (``SELECT … FOR UPDATE SKIP
+    LOCKED``, so two workers never send it at once), log the attempt as a
+    ``WebhookDelivery`` and schedule the next one: full-jitter exponential backoff,
+    ``uniform(0, WEBHOOK_BACKOFF_BASE * 2**(attempt - 1))`` seconds, at most
+    ``WEBHOOK_MAX_ATTEMPTS`` attempts. Never raises for what the receiver does."""
+    import random
+
+    import httpx
+
+    from reviews import webhooks
+    from reviews.models import WebhookDelivery
+
+    with transaction.atomic():
+        row = (
+            WebhookOutbox.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("call__agent", "call__decided_by")
+            .filter(delivery_id=delivery_id, delivered_at=None, given_up_at=None)
+            .first()
+        )
+        if row is None:
+            return WebhookAttempt("skipped")
+        call, agent = row.call, row.call.agent
+        if not agent.webhook_url:
+            row.given_up_at, row.last_error = timezone.now(), "the agent has no webhook URL now"
+            row.save(update_fields=["given_up_at", "last_error"])
+            return WebhookAttempt("given_up")
+        payload = webhooks.webhook_payload(
+            call=call, item_pk=row.item_id, delivery_id=str(row.delivery_id)
+        )
+        started = time.monotonic()
+        status_code, error = None, ""
+        try:
+            response = webhooks.webhook_post(
+                url=agent.webhook_url, secret=agent.webhook_secret, payload=payload
+            )
+            status_code = response.status_code
+            if not 200 <= status_code < 300:
+                error = f"HTTP {status_code}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"[:1000]
+        now = timezone.now()
+        row.attempts += 1
+        WebhookDelivery.objects.create(
+            project_id=row.project_id,
+            item_id=row.item_id,
+            call=call,
+            agent=agent,
+            delivery_id=row.delivery_id,
+            attempt=row.attempts,
+            url=agent.webhook_url,
+            status_code=status_code,
+            error=error,
+            ok=not error,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+        row.last_error = error
+        if not error:
+            row.delivered_at, outcome, retry_in = now, "delivered", None
+        elif row.attempts >= webhooks.WEBHOOK_MAX_ATTEMPTS:
+            row.given_up_at, outcome, retry_in = now, "given_up", None
+            logger.warning("webhook %s given up after %d attempts", delivery_id, row.attempts)
+        else:
+            retry_in = random.uniform(0, webhooks.WEBHOOK_BACKOFF_BASE * 2 ** (row.attempts - 1))
+            row.next_attempt_at, outcome = now + timedelta(seconds=retry_in), "failed"
+        row.save()
+        WEBHOOK_ATTEMPTS.labels(outcome).inc()
+        return WebhookAttempt(outcome, retry_in)
+
+
+def webhook_outbox_overdue(*, grace: timedelta, limit: int) -> list[str]:
+    """Delivery IDs of undelivered outbox rows whose next attempt is more than ``grace``
+    overdue (the task that should have sent them was lost), oldest first."""
+    due = timezone.now() - grace
+    return [
+        str(delivery_id)
+        for delivery_id in WebhookOutbox.objects.filter(
+            delivered_at=None, given_up_at=None, next_attempt_at__lt=due
+        )
+        .order_by("next_attempt_at")
+        .values_list("delivery_id", flat=True)[:limit]
+    ]

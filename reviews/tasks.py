@@ -1,75 +1,57 @@
 """Celery tasks of the review queue: thin shells over services, taking ids.
 
-- ``webhook_deliver(call_id, item_id, delivery_id)``: POST the call's decision to its
-  agent's webhook; each attempt is logged as a ``WebhookDelivery``; failures retry with
-  exponential backoff and full jitter (``countdown = uniform(0, base * 2**n)``), at most
-  ``WEBHOOK_MAX_ATTEMPTS`` attempts.
+- ``webhook_deliver(delivery_id)``: send one decision from the webhook outbox
+  (``reviews.services.webhook_attempt``: each attempt logged as a ``WebhookDelivery``);
+  a failed attempt is retried by Celery after the full-jitter backoff the service chose,
+  at most ``WEBHOOK_MAX_ATTEMPTS`` attempts.
+- ``sweep_webhooks()``: periodic (``CELERY_BEAT_SCHEDULE["webhook-outbox-sweep"]``):
+  re-sends outbox rows whose next attempt is overdue (a lost broker message or worker).
 - ``review_housekeeping()``: periodic (``CELERY_BEAT_SCHEDULE["reviews-housekeeping"]``):
   lapse expired claims, expire approval requests past their timeout.
 """
 
 from __future__ import annotations
 
-import random
-import time
+import random  # noqa: F401  (tests patch reviews.tasks.random.uniform: the backoff's jitter)
+from datetime import timedelta
 
-import httpx
 from celery import shared_task
 
-from callgate.models import ToolCall
 from reviews import webhooks
-from reviews.models import WebhookDelivery
-from reviews.services import review_items_expire, review_leases_lapse
+from reviews.services import review_items_expire, review_leases_lapse, webhook_attempt
+
+#: an outbox row this overdue has lost its task: the sweeper sends it
+WEBHOOK_SWEEP_GRACE = timedelta(seconds=60)
+WEBHOOK_SWEEP_BATCH = 200
 
 
-class WebhookFailed(Exception):
-    pass
+@shared_task(
+    bind=True,
+    name="reviews.tasks.webhook_deliver",
+    max_retries=webhooks.WEBHOOK_MAX_ATTEMPTS - 1,
+    acks_late=True,
+    ignore_result=True,
+)
+def webhook_deliver(self, delivery_id: str) -> str:
+    """Deliver one decision from the outbox; returns the attempt's outcome (``delivered``,
+    ``failed``, ``given_up``, ``skipped``). Idempotent: a delivered row is skipped."""
+
+    attempt = webhook_attempt(delivery_id=delivery_id)
+    if attempt.outcome == "failed" and self.request.retries < self.max_retries:
+        raise self.retry(countdown=attempt.retry_in)
+    return attempt.outcome
 
 
-@shared_task(bind=True, max_retries=webhooks.WEBHOOK_MAX_ATTEMPTS - 1, acks_late=True)
-def webhook_deliver(self, call_id: int, item_id: int | None, delivery_id: str) -> bool:
-    """Deliver one decision. Returns True when the receiver answered 2xx."""
+@shared_task(name="reviews.tasks.sweep_webhooks", ignore_result=True)
+def sweep_webhooks() -> int:
+    """Enqueue ``webhook_deliver`` for the outbox rows whose next attempt is overdue;
+    returns how many. A row enqueued twice is sent once (``webhook_attempt`` holds it)."""
+    from reviews.services import webhook_outbox_overdue
 
-    call = ToolCall.objects.select_related("agent", "decided_by").filter(pk=call_id).first()
-    if call is None or not call.agent.webhook_url:
-        return False
-    attempt = self.request.retries + 1
-    if WebhookDelivery.objects.filter(
-        delivery_id=delivery_id, ok=True
-    ).exists():  # idempotent: already done
-        return True
-    payload = webhooks.webhook_payload(call=call, item_pk=item_id, delivery_id=delivery_id)
-    started = time.monotonic()
-    status_code, error = None, ""
-    try:
-        response = webhooks.webhook_post(
-            url=call.agent.webhook_url, secret=call.agent.webhook_secret, payload=payload
-        )
-        status_code = response.status_code
-        if not 200 <= status_code < 300:
-            error = f"HTTP {status_code}"
-    except httpx.HTTPError as exc:
-        error = f"{type(exc).__name__}: {exc}"[:1000]
-    ok = not error
-    WebhookDelivery.objects.create(
-        project_id=call.project_id,
-        item_id=item_id,
-        call=call,
-        agent=call.agent,
-        delivery_id=delivery_id,
-        attempt=attempt,
-        url=call.agent.webhook_url,
-        status_code=status_code,
-        error=error,
-        ok=ok,
-        duration_ms=int((time.monotonic() - started) * 1000),
-    )
-    if ok:
-        return True
-    if self.request.retries >= self.max_retries:
-        return False
-    countdown = random.uniform(0, webhooks.WEBHOOK_BACKOFF_BASE * 2**self.request.retries)
-    raise self.retry(countdown=countdown, exc=WebhookFailed(error))
+    overdue = webhook_outbox_overdue(grace=WEBHOOK_SWEEP_GRACE, limit=WEBHOOK_SWEEP_BATCH)
+    for delivery_id in overdue:
+        webhook_deliver.delay(delivery_id)
+    return len(overdue)
 
 
 @shared_task

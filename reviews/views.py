@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -21,6 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from callgate.access import Role, project_view
+from callgate.csvexport import csv_safe
 from callgate.selectors import open_review_count
 from callgate.timeparse import parse_time
 from reviews import selectors, services
@@ -119,12 +119,14 @@ def bulk(request: HttpRequest) -> HttpResponse:
             )
         else:
             items = ReviewItem.objects.filter(pk__in=form.ids())
-        assignee = None
-        if form.cleaned_data["action"] == "assign" and form.cleaned_data["assignee"]:
-            assignee = (
-                get_user_model().objects.filter(username=form.cleaned_data["assignee"]).first()
+        assignee, username = None, form.cleaned_data["assignee"]
+        if form.cleaned_data["action"] == "assign" and username:
+            assignee = services.operator_by_username(
+                project_id=request.project.pk, username=username
             )
         try:
+            if form.cleaned_data["action"] == "assign" and username and assignee is None:
+                raise services.ReviewError(services.no_such_operator(username))
             outcome = services.review_items_bulk(
                 project=request.project,
                 user=request.user,
@@ -308,9 +310,13 @@ def release(request: HttpRequest, pk: int) -> HttpResponse:
 def assign(request: HttpRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
     username = request.POST.get("assignee", "")
-    assignee = get_user_model().objects.filter(username=username).first() if username else None
+    assignee = (
+        services.operator_by_username(project_id=request.project.pk, username=username)
+        if username
+        else None
+    )
     if username and assignee is None:
-        return _answer(request, item, error=f"No user {username!r}.", status=422)
+        return _answer(request, item, error=services.no_such_operator(username), status=422)
     return _run(
         request,
         item,
@@ -492,7 +498,7 @@ def audit_csv(request: HttpRequest, pk: int) -> HttpResponse:
     for row in selectors.audit_rows(item=item):
         writer.writerow(
             [
-                _csv_safe(value)
+                csv_safe(value)
                 for value in (
                     row.created_at.isoformat(),
                     row.actor.get_username() if row.actor else "callgate",
@@ -507,10 +513,3 @@ def audit_csv(request: HttpRequest, pk: int) -> HttpResponse:
             ]
         )
     return response
-
-
-def _csv_safe(text) -> str:
-    """Neutralise spreadsheet formulas: a cell starting with ``= + - @``, a tab or a carriage
-    return gets a leading ``'``. Applied to every column (usernames may start with these too)."""
-    text = "" if text is None else str(text)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

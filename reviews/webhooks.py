@@ -1,12 +1,15 @@
-"""Signed decision webhooks: the payload, the signature, one HTTP attempt.
+"""Signed decision webhooks: the payload, the signatures, one HTTP attempt.
 
-Wire format (put this in the README):
+Wire format (README "Decision webhooks"):
 
     POST <Agent.webhook_url>
     Content-Type: application/json
-    X-Callgate-Timestamp: <unix seconds, integer>
-    X-Callgate-Signature: v1=<hex HMAC-SHA256(key=Agent.webhook_secret, msg=f"{timestamp}.{body}")>
-    X-Callgate-Delivery: <uuid, the same for every attempt of one decision>
+    webhook-id: <uuid, the same for every attempt of one decision>
+    webhook-timestamp: <unix seconds, integer>
+    webhook-signature: v1,<base64 HMAC-SHA256(key=Agent.webhook_secret as UTF-8 bytes,
+                                              msg=f"{webhook-id}.{timestamp}.{body}")>
+    X-Callgate-Timestamp, X-Callgate-Signature (v1=<hex HMAC-SHA256 over
+    f"{timestamp}.{body}">), X-Callgate-Delivery: the previous scheme, kept for one release.
 
     body: {"type": "decision", "delivery_id": uuid, "operation_id": str, "tool": str,
            "decision": "approve"|"reject"|"approve_retry"|"mark_applied"|"mark_failed"|"expired",
@@ -14,10 +17,14 @@ Wire format (put this in the README):
            "state": str, "route": str, "observation": str, "receipt": any|null,
            "review_item": int|null}
 
-``body`` is the exact bytes sent (UTF-8 JSON). Receivers recompute the HMAC over
-``f"{timestamp}.{body}"``, compare in constant time, and reject timestamps older than a
-few minutes (replay). A 2xx answer ends delivery; anything else is retried with
-exponential backoff and full jitter, at most ``WEBHOOK_MAX_ATTEMPTS`` attempts.
+The signature is the Standard Webhooks scheme (https://www.standardwebhooks.com/), made
+with its reference library ``standardwebhooks``; receivers verify with it
+(``Webhook(secret.encode()).verify(body, headers)``: the secret's raw bytes, or
+``"whsec_" + base64(secret)``), which also rejects timestamps more than five minutes off.
+``body`` is the exact bytes sent (UTF-8 JSON). A 2xx answer ends delivery; anything else is
+tried again from the outbox (``reviews.services.webhook_attempt``). Webhook URLs get the
+reconcile look-up's guard (``callgate.reconcile.lookup_refusal``): no loopback, private or
+link-local addresses unless listed in ``CALLGATE_RECONCILE_ORIGINS``.
 """
 
 from __future__ import annotations
@@ -26,10 +33,13 @@ import hashlib
 import hmac
 import json
 import time
+from datetime import UTC, datetime
 
 import httpx
+from standardwebhooks.webhooks import Webhook
 
 from callgate.models import ToolCall
+from callgate.reconcile import LookupRefused, lookup_refusal
 
 #: Tests replace this with ``httpx.MockTransport``; None uses the network.
 TRANSPORT: httpx.BaseTransport | None = None
@@ -77,16 +87,36 @@ def webhook_verify(
     return hmac.compare_digest(webhook_sign(secret=secret, timestamp=ts, body=body), signature)
 
 
+def webhook_headers(*, secret: str, delivery_id: str, timestamp: int, body: str) -> dict:
+    """The signature headers of one attempt: Standard Webhooks (``webhook-id``,
+    ``webhook-timestamp``, ``webhook-signature``) and the previous ``X-Callgate-*``."""
+    signed_at = datetime.fromtimestamp(timestamp, tz=UTC)
+    return {
+        "webhook-id": delivery_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": Webhook(secret.encode()).sign(delivery_id, signed_at, body),
+        "X-Callgate-Timestamp": str(timestamp),
+        "X-Callgate-Signature": webhook_sign(secret=secret, timestamp=timestamp, body=body),
+        "X-Callgate-Delivery": delivery_id,
+    }
+
+
 def webhook_post(*, url: str, secret: str, payload: dict) -> httpx.Response:
-    """One signed POST. Raises httpx errors for transport failures."""
+    """One signed POST. Raises httpx errors for transport failures, and
+    ``callgate.reconcile.LookupRefused`` (an httpx ``TransportError``) for a URL the guard
+    refuses (``lookup_refusal``), before connecting."""
+    if refusal := lookup_refusal(url):
+        raise LookupRefused(refusal, request=httpx.Request("POST", url))
     body = json.dumps(payload, separators=(",", ":"), sort_keys=True, default=str)
-    timestamp = int(time.time())
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "callgate-webhook/1",
-        "X-Callgate-Timestamp": str(timestamp),
-        "X-Callgate-Signature": webhook_sign(secret=secret, timestamp=timestamp, body=body),
-        "X-Callgate-Delivery": payload["delivery_id"],
+        **webhook_headers(
+            secret=secret or " ",  # Standard Webhooks refuses an empty key
+            delivery_id=payload["delivery_id"],
+            timestamp=int(time.time()),
+            body=body,
+        ),
     }
     with httpx.Client(
         transport=TRANSPORT, timeout=WEBHOOK_TIMEOUT, follow_redirects=False

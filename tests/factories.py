@@ -19,6 +19,7 @@ from django.test import TestCase
 
 from callgate.auth import api_key_issue
 from callgate.models import Agent, CallRollup, Membership, Project, ToolCall, ToolContract
+from callgate.schemas import EVENT_ADAPTER
 from callgate.taxonomy import TABLE, Reason
 
 PASSWORD = "correct horse battery staple"
@@ -248,3 +249,35 @@ def rollup_counts(project) -> dict[tuple, tuple[int, int, int]]:
         )
         for r in CallRollup.objects.filter(project=project)
     }
+
+
+def weather_call(i: int) -> list[dict]:
+    """A proposal and its successful attempt, correlated by request ID and call ID."""
+    return [
+        proposal("get_weather", {"city": f"City {i}"}, request_id=f"req-{i}", call_id=f"c{i}"),
+        make_event(
+            "attempt",
+            request_id=f"req-{i}",
+            call_id=f"c{i}",
+            sent=True,
+            outcome="success",
+            result={"temperature": i},
+        ),
+    ]
+
+
+def validated(envelopes: list[dict]) -> list:
+    return [EVENT_ADAPTER.validate_python(e) for e in envelopes]
+
+
+#: a payment that needs approval and caps the amount (agent boundaries tests)
+PAYMENT = {
+    "description": "Pay an invoice",
+    "effect": "write",
+    "requires_approval": True,
+    "parameters": {
+        "type": "object",
+        "properties": {"amount": {"type": "number", "maximum": 1000}},
+        "required": ["amount"],
+    },
+}

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET
 
 from callgate import labels, metrics
 from callgate.access import Role, project_view
+from callgate.csvexport import csv_safe
 from callgate.models import Agent, CallRollup, ToolContract
 from callgate.reports import selectors as reports
 from callgate.reports.rollups import rollups_as_of
@@ -844,20 +845,13 @@ BUILDERS = {
 # --- rendering ------------------------------------------------------------------------------
 
 
-def _csv_safe(value):
-    """Numbers as they are; text starting with a formula character gets a leading quote."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
-
-
 def table_csv(t: dict, *, filename: str) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     writer = csv.writer(response)
     writer.writerow([c["label"] for c in t["columns"]])
     for row in t["rows"] + ([t["foot"]] if t.get("foot") else []):
-        writer.writerow([_csv_safe(cell.get("value", cell["text"])) for cell in row])
+        writer.writerow([csv_safe(cell.get("value", cell["text"])) for cell in row])
     return response
 
 

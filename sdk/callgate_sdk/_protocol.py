@@ -48,6 +48,18 @@ Steps = Generator[Any, Any, T]
 
 #: answers the SDK treats as "callgate is unavailable": keep the events, try later.
 _UNAVAILABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: The longest ``Retry-After`` a gate check waits out before trying once more (seconds).
+GATE_RETRY_AFTER_LIMIT = 30.0
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds (RFC 9110 §10.2.3, the delay-seconds form), or None."""
+    try:
+        return max(0.0, float(response.headers.get("Retry-After", "")))
+    except ValueError:
+        return None
+
+
 #: how long ``report_now`` stops trying callgate after it could not be reached (full jitter,
 #: doubling per failure in a row): events go straight to the buffer meanwhile, and the
 #: background flusher (or ``flush()``) tries again.
@@ -262,6 +274,7 @@ class Protocol:
         self.breakers: dict[str, CircuitBreaker] = {}
         self._offline_until = 0.0
         self._offline_streak = 0
+        self._flush_not_before = 0.0  # clock() before which flush does not send (Retry-After)
 
     @property
     def offline(self) -> bool:
@@ -302,7 +315,10 @@ class Protocol:
             raise CallgateUnavailable(f"{method} {path}: {exc.__class__.__name__}: {exc}") from exc
         if response.status_code in _UNAVAILABLE_STATUSES or response.status_code >= 500:
             self._went_offline()
-            raise CallgateUnavailable(f"{method} {path}: HTTP {response.status_code}")
+            raise CallgateUnavailable(
+                f"{method} {path}: HTTP {response.status_code}",
+                retry_after=_retry_after(response),
+            )
         self._offline_until, self._offline_streak = 0.0, 0
         if response.status_code >= 400:
             try:
@@ -403,8 +419,20 @@ class Protocol:
                 "occurred_at": now_rfc3339(),
             }
         )
-        response = yield from self._request("POST", "/api/v1/calls", body)
+        response = yield from self._gate_request(body)
         return CallAnswer.model_validate(response.json())
+
+    def _gate_request(self, body: dict) -> Steps[httpx.Response]:
+        """``POST /api/v1/calls``; a 429 with ``Retry-After`` (the project's inbox is full) is
+        waited out once, up to ``GATE_RETRY_AFTER_LIMIT`` seconds, and the same check (same
+        ``event_id``) sent again."""
+        try:
+            return (yield from self._request("POST", "/api/v1/calls", body))
+        except CallgateUnavailable as exc:
+            if exc.retry_after is None or exc.retry_after > GATE_RETRY_AFTER_LIMIT:
+                raise
+            yield Sleep(exc.retry_after)
+            return (yield from self._request("POST", "/api/v1/calls", body))
 
     def check_turn_steps(
         self,
@@ -424,7 +452,7 @@ class Protocol:
                 "occurred_at": now_rfc3339(),
             }
         )
-        answer = (yield from self._request("POST", "/api/v1/calls", body)).json()
+        answer = (yield from self._gate_request(body)).json()
         return [CallAnswer.model_validate(call) for call in answer["calls"]]
 
     def get_call_steps(self, operation_id: str) -> Steps[CallAnswer]:
@@ -482,6 +510,8 @@ class Protocol:
         Returns how many were delivered (accepted or duplicate). Rejected events are logged
         and dropped; on 5xx/connection errors they stay buffered."""
         delivered = 0
+        if self.clock() < self._flush_not_before:  # callgate asked to wait (Retry-After)
+            return delivered
         size = self.batch_size
         while True:
             rows = self.buffer.rows(size)
@@ -495,6 +525,8 @@ class Protocol:
                 logger.info(
                     "callgate unavailable, %d event(s) stay buffered: %s", len(self.buffer), exc
                 )
+                if exc.retry_after is not None:
+                    self._flush_not_before = self.clock() + exc.retry_after
                 return delivered
             except CallgateError as exc:
                 if exc.status_code in (401, 403):

@@ -21,7 +21,13 @@ class CallgateError(Exception):
 
 
 class CallgateUnavailable(Exception):
-    """callgate could not be reached, or answered 5xx/429."""
+    """callgate could not be reached, or answered 5xx/429. ``retry_after``: the seconds its
+    ``Retry-After`` header asked to wait (backpressure: the project's inbox is full), when
+    it sent one."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ToolFailure(Exception):

@@ -29,6 +29,7 @@ import pytest
 from django.core.management import call_command
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections, connection
+from django.http import HttpRequest
 from django.test import LiveServerTestCase, TransactionTestCase, override_settings
 
 from callgate.auth import api_key_issue
@@ -116,7 +117,7 @@ class E2ETestCase(TransactionTestCase):
             self.client.register_tool(name, **specs[name])
         self.follow_up = follow_up_tool(self.sim_http)
 
-    def make_client(self, **kwargs) -> CallgateClient:
+    def make_client(self, *, key: str | None = None, **kwargs) -> CallgateClient:
         options = dict(
             transport=self.callgate,
             flush_interval=None,
@@ -128,7 +129,7 @@ class E2ETestCase(TransactionTestCase):
             poll_interval=1,
         )
         options.update(kwargs)
-        client = CallgateClient("http://localhost", self.key, **options)
+        client = CallgateClient("http://localhost", key or self.key, **options)
         self.addCleanup(client.close, flush=False)
         return client
 
@@ -275,14 +276,19 @@ class AgentScenarioTests(E2ETestCase):
         self.sim.fail_next("timeout_after_write")
         self.sim.fail_next("unavailable", count=10, on="lookup")
         confirmations = []
+        # only a trusted source settles a call callgate reconciles itself (issue 16): the
+        # runtime's key with can_decide, not the agent's own
+        (self.buffer_dir / "runtime").mkdir()
+        runtime = self.make_client(
+            key=api_key_issue(agent=self.agent, can_decide=True).plain,
+            buffer_dir=self.buffer_dir / "runtime",
+        )
 
         def target_confirms_late():
             op = ToolCall.objects.get(project=self.project).operation_id
             receipt = self.sim.operation("acme", op)["receipt"]
             confirmations.append(
-                self.client.report_now(
-                    self.client.event("receipt", operation_id=op, result=receipt)
-                )
+                runtime.report_now(runtime.event("receipt", operation_id=op, result=receipt))
             )
 
         self.time.on_sleep.append(target_confirms_late)
@@ -419,7 +425,11 @@ class DemoFleetTests(TransactionTestCase):
         assert ReviewItem.objects.filter(call__project=project, status="open").count() >= 5
         assert CallRollup.objects.filter(project=project).exists()
         self.assertTrue(
-            self.client.login(username="operator", password=text.split("operator / ")[1].split()[0])
+            self.client.login(
+                request=HttpRequest(),
+                username="operator",
+                password=text.split("operator / ")[1].split()[0],
+            )
         )
         self.assert_no_second_write(sim)
 

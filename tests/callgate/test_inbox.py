@@ -16,27 +16,7 @@ from django.utils import timezone
 from callgate import inbox, ingest, tasks
 from callgate.inbox import event_answer, events_receive, inbox_drain
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall
-from callgate.schemas import EVENT_ADAPTER
-from tests.factories import FOLLOW_UP, WEATHER, BaseTestCase, make_event, proposal
-
-
-def weather_call(i: int) -> list[dict]:
-    """A proposal and its successful attempt, correlated by request ID and call ID."""
-    return [
-        proposal("get_weather", {"city": f"City {i}"}, request_id=f"req-{i}", call_id=f"c{i}"),
-        make_event(
-            "attempt",
-            request_id=f"req-{i}",
-            call_id=f"c{i}",
-            sent=True,
-            outcome="success",
-            result={"temperature": i},
-        ),
-    ]
-
-
-def validated(envelopes: list[dict]) -> list:
-    return [EVENT_ADAPTER.validate_python(e) for e in envelopes]
+from tests.factories import FOLLOW_UP, WEATHER, BaseTestCase, make_event, validated, weather_call
 
 
 class InboxTests(BaseTestCase):
@@ -291,7 +271,7 @@ class ConcurrentDrainTests(TransactionTestCase):
         def work(batch: list[dict]) -> None:
             try:
                 events_receive(project=project, agent=agent, events=validated(batch))
-                inbox_drain(project.pk)
+                inbox_drain(project.pk, lock_wait=60)  # the bounded wait is tested apart
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
             finally:

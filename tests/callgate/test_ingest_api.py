@@ -626,7 +626,7 @@ class ToolRegistrationTests(BaseTestCase):
         )
         weaker = {**WEATHER, "parameters": {"type": "object"}, "max_attempts": 100}
         response = other.put("/api/v1/tools/get_weather", weaker, format="json")
-        assert response.status_code == 400
+        assert response.status_code == 403
         assert "support-bot" in response.json()["error"]
         assert ToolContract.objects.filter(project=self.project, name="get_weather").count() == 1
         assert (

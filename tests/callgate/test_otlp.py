@@ -425,7 +425,7 @@ class ReceiverTests(BaseTestCase):
         )
         self.assertEqual(_summary(_calls(self.client_a, trace_id_of(spans))), EXPECTED)
 
-    @override_settings(CALLGATE_INBOX_MAX_PENDING=2, CALLGATE_INBOX_RETRY_AFTER=7)
+    @override_settings(CALLGATE_INBOX_LIMIT=2, CALLGATE_INBOX_RETRY_AFTER=7)
     def test_an_inbox_over_its_limit_answers_429_with_retry_after(self):
         for n in range(2):
             InboxEvent.objects.create(
@@ -437,5 +437,5 @@ class ReceiverTests(BaseTestCase):
         response = self.post(protobuf_body(record(genai_turn)))
         self.assertEqual(response.status_code, 429)
         self.assertEqual(response["Retry-After"], "7")
-        self.assertIn("CALLGATE_INBOX_MAX_PENDING", self.status_of(response).message)
+        self.assertIn("CALLGATE_INBOX_LIMIT", self.status_of(response).message)
         self.assertEqual(ToolCall.objects.count(), 0)

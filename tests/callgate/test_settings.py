@@ -180,3 +180,23 @@ class SettingsStartupTests(SimpleTestCase):
         assert result.returncode == 0, result.stderr
         found = set(re.findall(r"\((\w+\.[WE]\d+)\)", result.stdout + result.stderr))
         assert found <= TLS_ONLY_CHECKS, result.stdout + result.stderr
+
+
+class CeleryRedeliveryTests(SimpleTestCase):
+    """A task held by a killed worker is redelivered within minutes, never while it runs."""
+
+    def test_the_visibility_timeout_covers_the_time_limit_and_every_countdown(self):
+        from django.conf import settings
+
+        from callgate import tasks
+        from reviews import webhooks
+
+        timeout = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]
+        longest_countdown = max(
+            tasks.RECONCILE_BACKOFF_CAP,
+            webhooks.WEBHOOK_BACKOFF_BASE * 2 ** (webhooks.WEBHOOK_MAX_ATTEMPTS - 2),
+            tasks.DRAIN_RETRY_DELAY,
+        )
+        self.assertGreater(timeout, settings.CELERY_TASK_TIME_LIMIT)
+        self.assertGreater(timeout, longest_countdown)
+        self.assertLessEqual(timeout, 600)

@@ -6,6 +6,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from callgate import escalation
+from callgate.auth import api_key_issue
 from callgate.models import CallEvent, ToolCall
 from reviews import services
 from reviews.models import ReviewAudit, ReviewItem
@@ -385,7 +386,13 @@ class ApproveRetryGuardFreshnessTests(BaseTestCase):
         assert response.status_code in (200, 201)
 
     def post_event(self, type_: str, **fields) -> dict:
-        response = self.api().post(
+        # a reconciliation settles only from a trusted source here: a key with can_decide
+        key = (
+            api_key_issue(agent=self.agent, can_decide=True).plain
+            if type_ == "reconciled"
+            else None
+        )
+        response = self.api(key).post(
             "/api/v1/events", make_event(type_, operation_id="op-guard-1", **fields), format="json"
         )
         assert response.status_code == 200, response.json()

@@ -12,7 +12,7 @@ from tests.factories import BaseTestCase
 from tests.reviews.fixtures import make_item
 
 
-class DecisionWebhookTests(BaseTestCase):
+class WebhookTestCase(BaseTestCase):
     def setUp(self):
         Agent.objects.filter(pk=self.agent.pk).update(
             webhook_url="https://agent.example/hooks/callgate", webhook_secret="s3cret"
@@ -38,6 +38,8 @@ class DecisionWebhookTests(BaseTestCase):
                 item=item, user=self.alice, decision="reject", reason="Not for this customer."
             )
 
+
+class DecisionWebhookTests(WebhookTestCase):
     def test_it_posts_a_signed_decision(self):
         item = make_item(self.project, self.agent)
         with mock.patch.object(webhooks, "TRANSPORT", self.transport([200])):
@@ -119,3 +121,74 @@ class DecisionWebhookTests(BaseTestCase):
         self.client.force_login(self.alice)
         body = self.client.get(f"/p/acme/review/{item.pk}/").content.decode()
         assert "Webhook deliveries" in body and "HTTP 502" in body
+
+
+class WebhookOutboxTests(WebhookTestCase):
+    """Issue 16: the decision and its delivery in one transaction; a lost broker message
+    delays a delivery, never loses it; Standard Webhooks signatures; the SSRF guard."""
+
+    def test_it_signs_with_standard_webhooks_and_keeps_the_previous_headers(self):
+        from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+        item = make_item(self.project, self.agent)
+        with mock.patch.object(webhooks, "TRANSPORT", self.transport([200])):
+            self.decide(item)
+        [request] = self.received
+        body = request.content.decode()
+        headers = dict(request.headers)
+        assert Webhook(b"s3cret").verify(body, headers)["operation_id"] == item.call.operation_id
+        assert Webhook("whsec_czNjcmV0").verify(body, headers)  # base64("s3cret")
+        assert headers["webhook-id"] == headers["x-callgate-delivery"]
+        assert "x-callgate-signature" in headers
+        with self.assertRaises(WebhookVerificationError):
+            Webhook(b"wrong").verify(body, headers)
+
+    def test_a_lost_broker_message_delays_the_delivery_and_the_sweeper_sends_it(self):
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from reviews import tasks
+        from reviews.models import WebhookOutbox
+
+        item = make_item(self.project, self.agent)
+        with (
+            mock.patch.object(tasks.webhook_deliver, "delay", side_effect=OSError("broker down")),
+            self.assertLogs("reviews.services", "WARNING"),
+        ):
+            self.decide(item)  # no exception: the decision is saved
+        item.refresh_from_db()
+        assert item.call.decision == "reject"
+        row = WebhookOutbox.objects.get(call=item.call)
+        assert row.delivered_at is None and row.attempts == 0
+        with mock.patch.object(webhooks, "TRANSPORT", self.transport([200])):
+            assert tasks.sweep_webhooks() == 0  # not overdue yet: its task may still come
+            WebhookOutbox.objects.filter(pk=row.pk).update(
+                next_attempt_at=timezone.now() - timedelta(minutes=5)
+            )
+            assert tasks.sweep_webhooks() == 1
+            assert tasks.sweep_webhooks() == 0
+            # a late duplicate of the lost message sends nothing again
+            assert tasks.webhook_deliver.apply(args=[str(row.delivery_id)]).get() == "skipped"
+        row.refresh_from_db()
+        assert row.delivered_at is not None and row.attempts == 1
+        assert len(self.received) == 1
+        assert self.received[0].headers["webhook-id"] == str(row.delivery_id)
+
+    def test_a_webhook_url_on_a_private_address_is_refused_before_connecting(self):
+        from reviews.models import WebhookOutbox
+
+        for url in ("http://127.0.0.1:8000/hook", "http://169.254.169.254/latest/meta-data"):
+            Agent.objects.filter(pk=self.agent.pk).update(webhook_url=url)
+            self.agent.refresh_from_db()
+            item = make_item(self.project, self.agent)
+            with (
+                mock.patch.object(webhooks, "TRANSPORT", self.transport([])),
+                mock.patch("reviews.tasks.random.uniform", return_value=0.0),
+            ):
+                self.decide(item)
+            assert self.received == []
+            attempts = WebhookDelivery.objects.filter(item=item)
+            assert attempts.count() == webhooks.WEBHOOK_MAX_ATTEMPTS
+            assert "non-public address" in attempts.first().error
+            assert WebhookOutbox.objects.get(item=item).given_up_at is not None

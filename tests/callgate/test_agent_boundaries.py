@@ -1,0 +1,183 @@
+"""Agent boundaries (issue 16): who may publish a contract version, whose calls an agent's
+events may name, and whose word settles a review item."""
+
+from __future__ import annotations
+
+from callgate import services
+from callgate.auth import api_key_issue
+from callgate.models import Agent, CallEvent, ToolCall, ToolContract
+from callgate.schemas import ContractIn
+from reviews.models import ReviewItem
+from reviews.services import approve_retry_guard
+from tests.factories import PAYMENT, BaseTestCase, make_event, proposal
+
+#: a write callgate cannot reconcile (neither reconcile_url nor reconcilable)
+TRANSFER = {
+    "description": "Transfer money between accounts",
+    "effect": "write",
+    "parameters": {"type": "object", "properties": {"amount": {"type": "number"}}},
+}
+
+
+class BoundaryTestCase(BaseTestCase):
+    def setUp(self):
+        self.owner = self.api()
+        self.rogue_agent = Agent.objects.create(project=self.project, name="rogue")
+        self.rogue = self.api(api_key_issue(agent=self.rogue_agent).plain)
+
+    def events(self, client, *events):
+        response = client.post("/api/v1/events", list(events), format="json")
+        assert response.status_code in (200, 207), response.content
+        return response.json()["results"]
+
+    def event_status(self, client, event) -> dict:
+        return client.get(f"/api/v1/events/{event['event_id']}").json()
+
+
+class ContractOwnershipTests(BoundaryTestCase):
+    def test_registering_the_identical_contract_first_gives_use_not_ownership(self):
+        assert self.owner.put("/api/v1/tools/pay", PAYMENT, format="json").status_code == 201
+        assert self.rogue.put("/api/v1/tools/pay", PAYMENT, format="json").status_code == 200
+        weaker = {**PAYMENT, "requires_approval": False, "parameters": {"type": "object"}}
+        response = self.rogue.put("/api/v1/tools/pay", weaker, format="json")
+        self.assertEqual(response.status_code, 403, response.content)
+        [error] = response.json()["errors"]
+        self.assertEqual(error["loc"], "name")
+        self.assertIn("support-bot", error["msg"])
+        self.assertEqual(ToolContract.objects.filter(project=self.project, name="pay").count(), 1)
+        # the owner's payment of 1,000,000 still waits for approval
+        gate = self.owner.post(
+            "/api/v1/calls",
+            {"format": "plain", "call": {"tool": "pay", "arguments": {"amount": 1_000_000}}},
+            format="json",
+        ).json()
+        self.assertEqual(gate["verdict"], "reask")
+        # the rogue may use the tool: its own proposals are checked against the contract
+        gate = self.rogue.post(
+            "/api/v1/calls",
+            {"format": "plain", "call": {"tool": "pay", "arguments": {"amount": 5}}},
+            format="json",
+        ).json()
+        self.assertEqual(gate["verdict"], "pending_approval")
+
+    def test_the_owner_publishes_changed_versions(self):
+        assert self.owner.put("/api/v1/tools/pay", PAYMENT, format="json").status_code == 201
+        self.rogue.put("/api/v1/tools/pay", PAYMENT, format="json")
+        changed = {**PAYMENT, "description": "Pay an invoice in EUR"}
+        response = self.owner.put("/api/v1/tools/pay", changed, format="json")
+        self.assertEqual(response.status_code, 201)
+        latest = ToolContract.objects.get(project=self.project, name="pay", version=2)
+        self.assertEqual(latest.published_by, "agent support-bot")
+
+    def test_a_project_admin_publishes_a_version_of_any_tool(self):
+        self.owner.put("/api/v1/tools/pay", PAYMENT, format="json")
+        stricter = ContractIn.model_validate({**PAYMENT, "max_attempts": 1})
+        contract, created = services.contract_publish(
+            project=self.project, name="pay", payload=stricter, user=self.maria
+        )
+        self.assertTrue(created)
+        self.assertEqual((contract.version, contract.max_attempts), (2, 1))
+        self.assertEqual(contract.published_by, "user maria")
+        with self.assertRaises(services.ContractRejected) as refused:
+            services.contract_publish(
+                project=self.project, name="nope", payload=stricter, user=self.maria
+            )
+        self.assertEqual(refused.exception.loc, "name")
+
+
+class CallOwnershipTests(BoundaryTestCase):
+    def test_another_agents_events_cannot_name_a_call(self):
+        self.owner.put("/api/v1/tools/transfer", TRANSFER, format="json")
+        proposed = proposal("transfer", {"amount": 5}, request_id="r1", call_id="c1")
+        self.events(self.owner, proposed)
+        op = self.event_status(self.owner, proposed)["answer"]["operation_id"]
+        by_op = make_event("attempt", operation_id=op, sent=True, outcome="success", result={})
+        by_pair = make_event(
+            "attempt", request_id="r1", call_id="c1", sent=True, outcome="success", result={}
+        )
+        self.events(self.rogue, by_op, by_pair)
+        for event, field in ((by_op, "operation_id"), (by_pair, "call_id")):
+            answer = self.event_status(self.rogue, event)
+            self.assertEqual(answer["status"], "rejected")
+            self.assertEqual(answer["errors"][0]["loc"], field)
+            self.assertIn("for this agent", answer["errors"][0]["msg"])
+        self.assertEqual(ToolCall.objects.get(operation_id=op).state, "allowed")
+        self.assertEqual(self.rogue.get(f"/api/v1/calls/{op}").status_code, 404)
+        self.assertEqual(self.owner.get(f"/api/v1/calls/{op}").status_code, 200)
+
+
+class TrustedSettlementTests(BoundaryTestCase):
+    def call_in_review(self, contract: dict, state: str = "in_review") -> str:
+        self.owner.put("/api/v1/tools/transfer", contract, format="json")
+        proposed = proposal("transfer", {"amount": 5}, request_id="r1")
+        self.events(self.owner, proposed)
+        op = self.event_status(self.owner, proposed)["answer"]["operation_id"]
+        self.events(
+            self.owner, make_event("attempt", operation_id=op, sent=True, outcome="timeout")
+        )
+        call = ToolCall.objects.get(operation_id=op)
+        assert call.state == state, call.state
+        return op
+
+    def test_an_agents_reconciliation_of_a_contract_it_does_not_reconcile_is_information(self):
+        op = self.call_in_review(TRANSFER)
+        absent = make_event("reconciled", operation_id=op, found=False, matches=False)
+        receipt = make_event("receipt", operation_id=op, result={"id": "T-1"})
+        self.events(self.owner, absent, receipt)
+        for event in (absent, receipt):
+            self.assertEqual(self.event_status(self.owner, event)["status"], "applied")
+        call = ToolCall.objects.get(operation_id=op)
+        self.assertEqual(call.state, "in_review")
+        self.assertIsNone(call.receipt)
+        item = ReviewItem.objects.get(call=call)
+        self.assertTrue(item.is_open)
+        stored = CallEvent.objects.get(event_id=absent["event_id"])
+        self.assertTrue(stored.body["information_only"])
+        # the approve-retry guard does not count it
+        self.assertIn("reconciliation", approve_retry_guard(call))
+
+    def test_a_can_decide_key_settles(self):
+        op = self.call_in_review(TRANSFER)
+        runtime = self.api(api_key_issue(agent=self.agent, can_decide=True).plain)
+        receipt = make_event("receipt", operation_id=op, result={"id": "T-1"})
+        self.events(runtime, receipt)
+        call = ToolCall.objects.get(operation_id=op)
+        self.assertEqual(call.state, "succeeded")
+        self.assertFalse(ReviewItem.objects.get(call=call).is_open)
+
+    def test_the_agent_settles_a_contract_it_reconciles_itself(self):
+        op = self.call_in_review({**TRANSFER, "reconcilable": True}, state="reconciling")
+        self.events(self.owner, make_event("receipt", operation_id=op, result={"id": "T-1"}))
+        self.assertEqual(ToolCall.objects.get(operation_id=op).state, "succeeded")
+
+
+class ContractPublishPageTests(BoundaryTestCase):
+    def setUp(self):
+        super().setUp()
+        from callgate.models import Membership
+
+        self.owner.put("/api/v1/tools/pay", PAYMENT, format="json")
+        Membership.objects.filter(user=self.maria, project=self.project).update(role="admin")
+        self.url = f"/p/{self.project.slug}/contracts/pay/"
+
+    def test_an_admin_publishes_from_the_contract_page(self):
+        import json
+
+        self.client.force_login(self.maria)
+        page = self.client.get(self.url)
+        self.assertContains(page, "Publish as v2")
+        body = {**PAYMENT, "max_attempts": 1}
+        response = self.client.post(self.url + "publish/", {"contract": json.dumps(body)})
+        self.assertEqual(response.status_code, 302)
+        latest = ToolContract.objects.get(project=self.project, name="pay", version=2)
+        self.assertEqual((latest.max_attempts, latest.published_by), (1, "user maria"))
+        bad = self.client.post(self.url + "publish/", {"contract": '{"parameters": {"type": 1}}'})
+        self.assertEqual(bad.status_code, 400)
+        self.assertContains(bad, "Not published: parameters", status_code=400)
+
+    def test_operators_neither_see_nor_use_the_action(self):
+        self.client.force_login(self.alice)
+        self.assertNotContains(self.client.get(self.url), "Publish as v")
+        response = self.client.post(self.url + "publish/", {"contract": "{}"})
+        self.assertEqual(response.status_code, 403)
+        self.assertEqual(ToolContract.objects.filter(project=self.project, name="pay").count(), 1)
