@@ -13,6 +13,7 @@ from typing import Annotated
 import httpx
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections, connection
+from django.http import HttpRequest
 from django.test import Client, TransactionTestCase
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -113,7 +114,7 @@ class LangChainTests(TransactionTestCase):
 
     def page_text(self, path: str) -> str:
         browser = Client()
-        assert browser.login(username="ana", password=PASSWORD)
+        assert browser.login(request=HttpRequest(), username="ana", password=PASSWORD)  # axes
         response = browser.get(path)
         assert response.status_code == 200, response.status_code
         return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", response.content.decode()))

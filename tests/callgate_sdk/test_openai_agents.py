@@ -13,6 +13,7 @@ from typing import Annotated
 from agents import Agent, RunConfig, Runner, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 from django.db import connection
+from django.http import HttpRequest
 from django.test import LiveServerTestCase
 from pydantic import Field
 
@@ -254,7 +255,7 @@ class OpenAIAgentsTests(OwnPorts, LiveServerTestCase):
         from django.test import Client
 
         browser = Client()
-        assert browser.login(username="ana", password=PASSWORD)
+        assert browser.login(request=HttpRequest(), username="ana", password=PASSWORD)  # axes
         response = browser.get(path)
         assert response.status_code == 200, response.status_code
         return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", response.content.decode()))
