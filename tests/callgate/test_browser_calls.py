@@ -286,7 +286,8 @@ class TurnBrowserTests(BrowserTestCase):
         section.wait_for()
         assert section.locator("tbody tr").count() == 4
         text = section.inner_text()
-        assert "duplicate_call_id" in text and "duplicate_in_flight" in text
+        assert Reason.DUPLICATE_CALL_ID.label in text and Reason.DUPLICATE_IN_FLIGHT.label in text
+        assert "allowed" not in text  # labels, never raw codes
         assert section.locator("tr[aria-current=true]").count() == 1
         self.screenshot("call-detail-turn")
         self.visit("/p/acme/calls/")
@@ -294,7 +295,7 @@ class TurnBrowserTests(BrowserTestCase):
         self.page.wait_for_url("**reason=duplicate_in_flight**")
         self.page.locator(".chips .chip").first.wait_for()
         assert set(self.page.locator("#call-rows .badge").all_inner_texts()) == {
-            "duplicate_in_flight"
+            Reason.DUPLICATE_IN_FLIGHT.label
         }
         self.screenshot("calls-filter-duplicate-in-flight", full_page=False)
         self.assert_no_console_errors()

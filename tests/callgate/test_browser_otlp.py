@@ -6,6 +6,7 @@ from __future__ import annotations
 from rest_framework.test import APIClient
 
 from callgate.models import ToolCall
+from callgate.taxonomy import Reason
 from tests.browser_support import BrowserTestCase
 from tests.callgate.otlp_support import (
     genai_turn,
@@ -47,5 +48,7 @@ class OtlpCallsBrowserTests(BrowserTestCase):
         self.page.wait_for_function(
             "document.querySelectorAll('#call-rows tr[data-row]').length == 1"
         )
-        assert self.page.locator("#call-rows .badge").all_inner_texts() == ["rate_limited"]
+        assert self.page.locator("#call-rows .badge").all_inner_texts() == [
+            Reason.RATE_LIMITED.label
+        ]
         self.assert_no_console_errors()
