@@ -298,6 +298,48 @@ class ReviewBulkTests(BaseTestCase):
         # items[0] is closed: the CAS finds nothing to change (conflict)
         assert (result.done, result.conflicts) == (2, 1)
 
+    def test_a_bulk_claim_is_set_based_and_counts_conflicts(self):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        def claim_all() -> tuple[services.BulkResult, int]:
+            with CaptureQueriesContext(connection) as queries:
+                result = services.review_items_bulk(
+                    project=self.project,
+                    user=self.alice,
+                    action="claim",
+                    items=queue_items(
+                        project=self.project, filters=QueueFilters(), user=self.alice
+                    ),
+                )
+            return result, len(queries)
+
+        held = make_item(self.project, self.agent)
+        services.review_item_claim(item=held, user=self.bob)  # a live claim of someone else
+        make_item(self.project, self.agent)
+        small, small_count = claim_all()
+        assert (small.done, small.conflicts) == (1, 1)
+        for _ in range(12):
+            make_item(self.project, self.agent)
+        large, large_count = claim_all()  # renews alice's own claim, takes the new ones
+        assert (large.done, large.conflicts) == (13, 1)
+        assert large_count == small_count
+        assert ReviewItem.objects.filter(assignee=self.alice, status="claimed").count() == 13
+        held.refresh_from_db()
+        assert held.assignee_id == self.bob.pk
+        assert ReviewAudit.objects.filter(action="claim", actor=self.alice).count() == 14
+
+    def test_a_bulk_assign_to_a_non_operator_is_refused(self):
+        item = make_item(self.project, self.agent)
+        with self.assertRaisesMessage(services.ReviewError, "only be assigned to operators"):
+            services.review_items_bulk(
+                project=self.project,
+                user=self.alice,
+                action="assign",
+                items=ReviewItem.objects.filter(pk=item.pk),
+                assignee=self.victor,
+            )
+
     def test_it_ignores_items_of_another_project(self):
         foreign = make_item(self.other_project, self.other_agent)
         result = services.review_items_bulk(
