@@ -369,6 +369,21 @@ def _apply_rows(project: Project, agent: Agent, rows: list[InboxEvent]) -> list[
     return outcomes  # type: ignore[return-value]
 
 
+def inbox_lag_seconds(project: Project) -> float:
+    """Inbox lag: how long the project's oldest pending event has waited to be applied, in
+    seconds (0.0 when nothing is pending). Rejected rows do not count: they wait for nobody.
+    One probe of the ``(project, status, id)`` index: the oldest pending row is the first."""
+    oldest = (
+        InboxEvent.objects.filter(project=project, status=InboxEvent.Status.PENDING)
+        .order_by("id")
+        .values_list("received_at", flat=True)
+        .first()
+    )
+    if oldest is None:
+        return 0.0
+    return max((timezone.now() - oldest).total_seconds(), 0.0)
+
+
 def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
     """Where one received event stands, or ``None`` when this project never received it:
     ``{"event_id", "status", "errors", "answer"}`` with status ``pending`` (in the inbox),

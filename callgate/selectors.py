@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, F, Prefetch, Q, QuerySet, Window
+from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -14,16 +14,19 @@ from callgate.models import (
     AgentTool,
     ApiKey,
     CallEvent,
+    CallRollup,
     InboxEvent,
     Project,
     ToolCall,
     ToolContract,
 )
+from callgate.reports.rollups import hour_floor
 from callgate.taxonomy import Category
 
 
 def project_overview(*, project: Project) -> dict:
-    """Counts of the last 24 hours: calls, calls per category, calls waiting for someone."""
+    """Counts of the last 24 hours: calls, calls per category, calls waiting for someone;
+    and the inbox lag (seconds the oldest pending event has waited, ``inbox_lag_seconds``)."""
     since = timezone.now() - timedelta(hours=24)
     calls = ToolCall.objects.filter(project=project, created_at__gte=since)
     totals = calls.aggregate(
@@ -33,10 +36,12 @@ def project_overview(*, project: Project) -> dict:
     by_category = {
         row["category"]: row["n"] for row in calls.values("category").annotate(n=Count("id"))
     }
+    from callgate.inbox import inbox_lag_seconds
     from reviews.selectors import open_item_count
 
     return {
         "open_reviews": open_item_count(project=project),
+        "inbox_lag_seconds": inbox_lag_seconds(project),
         "since": since,
         "total": totals["total"],
         "failed": totals["failed"],
@@ -189,14 +194,50 @@ def calls_page(
     return CallPage(rows=rows, older=older, newer=newer)
 
 
-def calls_category_counts(*, project: Project, filters: CallFilters) -> dict[str, int]:
+#: Filters the rollups can answer (``CallRollup`` has these columns); the category filter
+#: is ignored by the counts anyway.
+ROLLUP_FILTERS = {"reason", "category", "route", "tool", "agent"}
+#: A count over calls themselves stops after this many rows ("10,000+").
+COUNT_CAP = 10_000
+
+
+@dataclass(frozen=True)
+class CategoryCounts:
+    """Matching calls per category. ``capped``: more than ``COUNT_CAP`` calls match and
+    the counts are those of the newest ``COUNT_CAP + 1`` (lower bounds, shown with "+")."""
+
+    counts: dict[str, int]
+    capped: bool = False
+
+
+def calls_category_counts(*, project: Project, filters: CallFilters) -> CategoryCounts:
     """Matching calls per category, ignoring the category filter itself (so the bar shows
-    what picking another category would give). One grouped query."""
-    qs = calls_filtered(project=project, filters=filters, ignore=("category",))
-    return {
-        row["category"]: row["n"]
-        for row in qs.order_by().values("category").annotate(n=Count("id"))
-    }
+    what picking another category would give). One query whose cost does not grow with the
+    project: from the rollups when only tool, agent, reason and route are filtered (exact as
+    of the last refresh, at most a minute old), else counted over the newest
+    ``COUNT_CAP + 1`` matching calls (an index scan stopping there)."""
+    used = {f.name for f in fields(filters) if getattr(filters, f.name) not in ("", None)}
+    if used <= ROLLUP_FILTERS:
+        rollups = CallRollup.objects.filter(project=project)
+        for name, column in (
+            ("reason", "reason"),
+            ("route", "route"),
+            ("tool", "tool_name"),
+            ("agent", "agent_id"),
+        ):
+            if getattr(filters, name) not in ("", None):
+                rollups = rollups.filter(**{column: getattr(filters, name)})
+        rows = rollups.order_by().values("category").annotate(n=Sum("calls"))
+        return CategoryCounts(counts={r["category"]: r["n"] for r in rows if r["n"]})
+    newest = (
+        calls_filtered(project=project, filters=filters, ignore=("category",))
+        .order_by("-created_at")
+        .values_list("category", flat=True)[: COUNT_CAP + 1]
+    )
+    counts: dict[str, int] = {}
+    for category in newest:
+        counts[category] = counts.get(category, 0) + 1
+    return CategoryCounts(counts=counts, capped=sum(counts.values()) > COUNT_CAP)
 
 
 def call_filter_choices(*, project: Project) -> dict:
@@ -313,13 +354,20 @@ REFUSED_SHOWN = 10
 
 def agents_with_keys(*, project: Project) -> list[Agent]:
     """The project's agents with ``api_keys`` (newest first) and ``tools`` prefetched and
-    ``calls_24h`` annotated; from the inbox, ``pending_events`` (received, not applied yet),
+    ``calls_24h`` (calls created since the start of the UTC hour 24 hours ago, from the
+    rollups: as of their last refresh, and a read of at most 25 hours of rollup rows); from the inbox, ``pending_events`` (received, not applied yet),
     ``refused_count`` and ``refused`` (the newest ``REFUSED_SHOWN`` events the rules refused
-    when applying them, kept until retention). Five queries."""
-    since = timezone.now() - timedelta(hours=24)
+    when applying them, kept until retention). Six queries."""
+    since = hour_floor(timezone.now() - timedelta(hours=24))
+    recent = dict(
+        CallRollup.objects.filter(project=project, bucket__gte=since)
+        .values("agent_id")
+        .annotate(n=Sum("calls"))
+        .order_by()
+        .values_list("agent_id", "n")
+    )
     agents = list(
         Agent.objects.filter(project=project)
-        .annotate(calls_24h=Count("calls", filter=Q(calls__created_at__gte=since)))
         .prefetch_related(
             Prefetch("api_keys", queryset=ApiKey.objects.order_by("revoked_at", "-created_at")),
             Prefetch("tools", queryset=AgentTool.objects.order_by("name")),
@@ -343,6 +391,7 @@ def agents_with_keys(*, project: Project) -> list[Agent]:
     for row in refused:
         by_agent.setdefault(row.agent_id, []).append(row)
     for agent in agents:
+        agent.calls_24h = recent.get(agent.pk, 0)
         agent.pending_events = counts.get((agent.pk, InboxEvent.Status.PENDING), 0)
         agent.refused_count = counts.get((agent.pk, InboxEvent.Status.REJECTED), 0)
         agent.refused = by_agent.get(agent.pk, [])

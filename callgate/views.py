@@ -176,7 +176,8 @@ def calls(request: HttpRequest) -> HttpResponse:
 
     choices = selectors.call_filter_choices(project=project)
     agents = dict(choices["agents"])
-    counts = selectors.calls_category_counts(project=project, filters=filters)
+    category_counts = selectors.calls_category_counts(project=project, filters=filters)
+    counts = category_counts.counts
     total = counts.get(filters.category, 0) if filters.category else sum(counts.values())
     context.update(
         {
@@ -195,6 +196,7 @@ def calls(request: HttpRequest) -> HttpResponse:
                 if counts.get(c.value)
             ],
             "total": total,
+            "capped": category_counts.capped,
             "choices": choices,
             "reasons": Reason.values,
             "routes": Route.choices,

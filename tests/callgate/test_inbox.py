@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from callgate import inbox, ingest, tasks
 from callgate.inbox import event_answer, events_receive, inbox_drain
-from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall
+from callgate.models import Agent, CallEvent, InboxEvent, Membership, Project, ToolCall
 from callgate.schemas import EVENT_ADAPTER
 from tests.callgate.test_ingest_api import FOLLOW_UP, WEATHER, proposal
 from tests.factories import BaseTestCase, make_event
@@ -144,6 +144,29 @@ class InboxTests(BaseTestCase):
             return len(queries)
 
         assert count(2, 0) == count(inbox.DRAIN_CHUNK // 2, 100)
+
+    def test_inbox_lag_is_the_age_of_the_oldest_pending_event(self):
+        from callgate.inbox import inbox_lag_seconds
+
+        assert inbox_lag_seconds(self.project) == 0.0
+        self.receive(weather_call(1))
+        InboxEvent.objects.filter(project=self.project).update(
+            received_at=timezone.now() - timedelta(seconds=30)
+        )
+        self.receive(weather_call(2))
+        assert 29 < inbox_lag_seconds(self.project) < 60
+        assert inbox_lag_seconds(self.other_project) == 0.0
+        self.login_overview_shows_lag()
+        inbox_drain(self.project.pk)
+        assert inbox_lag_seconds(self.project) == 0.0
+
+    def login_overview_shows_lag(self):
+        Membership.objects.get_or_create(
+            user=self.alice, project=self.project, defaults={"role": "operator"}
+        )
+        self.client.force_login(self.alice)
+        body = self.client.get(f"/p/{self.project.slug}/").content.decode()
+        assert "inbox lag" in body
 
     def test_a_rule_refusal_stays_in_the_inbox_and_does_not_block_later_events(self):
         orphan = make_event("attempt", operation_id="op_missing", sent=True, outcome="success")
