@@ -384,13 +384,23 @@ class RequestBudget(models.Model):
 
 
 class CallRollup(models.Model):
-    """Pre-aggregated call counts per project, hour, tool, agent and reason: what the
-    reports read. Maintained by ``callgate.reports.rollups``; equal to a direct count over
-    ``ToolCall`` grouped the same way (by the call's creation hour and current reason)."""
+    """Pre-aggregated call counts per project, hour, tool, contract version, agent, reason
+    and route: what the reports read. Maintained by ``callgate.reports.rollups``; equal to a
+    direct count over ``ToolCall`` grouped the same way (by the call's creation hour and
+    current reason).
+
+    Besides the counts, each cell holds what the reliability and contract reports need,
+    so that none of them reads ``ToolCall``: the calls by attempts used (0 … 4, 5 and more)
+    and the calls whose outcome was ever unknown (a ``CallEvent`` classified
+    ``unknown_outcome``, or a current reason of that category or of reconciliation), with
+    how many of those a human decided and how many are still open."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     bucket = models.DateTimeField(help_text="Start of the UTC hour the calls were created in.")
     tool_name = models.CharField(max_length=128, blank=True)
+    contract = models.ForeignKey(
+        ToolContract, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     reason = models.CharField(max_length=32, blank=True)
     category = models.CharField(max_length=20, blank=True)
@@ -398,12 +408,22 @@ class CallRollup(models.Model):
     calls = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     duplicates_suppressed = models.PositiveIntegerField(default=0)
+    calls_attempts_0 = models.PositiveIntegerField(default=0)
+    calls_attempts_1 = models.PositiveIntegerField(default=0)
+    calls_attempts_2 = models.PositiveIntegerField(default=0)
+    calls_attempts_3 = models.PositiveIntegerField(default=0)
+    calls_attempts_4 = models.PositiveIntegerField(default=0)
+    calls_attempts_5_plus = models.PositiveIntegerField(default=0)
+    unknown_calls = models.PositiveIntegerField(default=0)
+    unknown_decided = models.PositiveIntegerField(default=0)
+    unknown_open = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["project", "bucket", "tool_name", "agent", "reason", "route"],
+                fields=["project", "bucket", "tool_name", "contract", "agent", "reason", "route"],
                 name="callrollup_unique_cell",
+                nulls_distinct=False,
             ),
         ]
         indexes = [

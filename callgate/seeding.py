@@ -503,25 +503,19 @@ def _clone(
 
 
 def rollups_rewrite(*, project: Project) -> int:
-    """Rewrite the project's ``CallRollup`` rows from one aggregate over its calls (the same
-    cells as ``callgate.reports.rollups.bucket_aggregate``, every bucket at once). Returns
-    the number of rows. For a freshly seeded project; live projects use the refresh."""
-    call_t, rollup_t = ToolCall._meta.db_table, CallRollup._meta.db_table
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(f"DELETE FROM {rollup_t} WHERE project_id = %s", [project.pk])
-        cur.execute(
-            f"""
-            INSERT INTO {rollup_t} (project_id, bucket, tool_name, agent_id, reason, category,
-                                    route, calls, attempts, duplicates_suppressed)
-            SELECT project_id, date_trunc('hour', created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
-                   tool_name, agent_id, reason, category, route, count(*),
-                   coalesce(sum(attempts), 0), coalesce(sum(duplicates_suppressed), 0)
-            FROM {call_t} WHERE project_id = %s
-            GROUP BY 1, 2, 3, 4, 5, 6, 7
-            """,
-            [project.pk],
+    """Rewrite the project's ``CallRollup`` rows from one aggregate over its calls
+    (``callgate.reports.rollups.rollup_cells``, every bucket at once). Returns the number of
+    rows. For a freshly seeded project; live projects use the refresh."""
+    from callgate.reports.rollups import rollup_cells
+
+    with transaction.atomic():
+        CallRollup.objects.filter(project=project).delete()
+        cells = rollup_cells(ToolCall.objects.filter(project=project))
+        rows = CallRollup.objects.bulk_create(
+            (CallRollup(project=project, **cell) for cell in cells.iterator(chunk_size=5000)),
+            batch_size=5000,
         )
-        return cur.rowcount
+    return len(rows)
 
 
 def membership_operator(project: Project) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum, Window
-from django.db.models.functions import RowNumber
+from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from callgate.models import (
@@ -296,7 +296,7 @@ def contracts_latest(*, project: Project) -> list[dict]:
     """One entry per tool name: ``{"contract": latest ToolContract, "versions": int,
     "calls": int, "argument_errors": int, "hallucinations": int, "bad_rate": float | None}``
     where ``bad_rate`` is the share (0..1) of calls that were argument errors or
-    hallucinations. Two queries."""
+    hallucinations. Two queries; the counts from the rollups (as of their last refresh)."""
     latest = (
         ToolContract.objects.filter(project=project)
         .annotate(
@@ -310,13 +310,13 @@ def contracts_latest(*, project: Project) -> list[dict]:
     contracts = [c for c in latest if c.rank == 1]
     stats = {
         row["tool_name"]: row
-        for row in ToolCall.objects.filter(project=project)
+        for row in CallRollup.objects.filter(project=project)
         .order_by()
         .values("tool_name")
         .annotate(
-            n=Count("id"),
-            argument_errors=Count("id", filter=Q(category=Category.ARGUMENT_ERROR)),
-            hallucinations=Count("id", filter=Q(category=Category.HALLUCINATION)),
+            n=Sum("calls"),
+            argument_errors=Coalesce(Sum("calls", filter=Q(category=Category.ARGUMENT_ERROR)), 0),
+            hallucinations=Coalesce(Sum("calls", filter=Q(category=Category.HALLUCINATION)), 0),
         )
     }
     out = []
@@ -337,12 +337,19 @@ def contracts_latest(*, project: Project) -> list[dict]:
 
 
 def contract_versions(*, project: Project, name: str) -> list[ToolContract]:
-    """Every version of one tool's contract, newest first, each annotated with ``calls``."""
-    return list(
-        ToolContract.objects.filter(project=project, name=name)
-        .annotate(n_calls=Count("calls"))
-        .order_by("-version")
+    """Every version of one tool's contract, newest first, each with ``n_calls`` (from the
+    rollups, as of their last refresh)."""
+    versions = list(ToolContract.objects.filter(project=project, name=name).order_by("-version"))
+    counts = dict(
+        CallRollup.objects.filter(project=project, contract__in=versions)
+        .values("contract_id")
+        .annotate(n=Sum("calls"))
+        .order_by()
+        .values_list("contract_id", "n")
     )
+    for version in versions:
+        version.n_calls = counts.get(version.pk, 0)
+    return versions
 
 
 # --- agents ------------------------------------------------------------------------------

@@ -42,11 +42,12 @@ from datetime import UTC, datetime, timedelta
 from celery import shared_task
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Count, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from callgate.models import CallRollup, ToolCall
+from callgate.models import CallEvent, CallRollup, ToolCall
+from callgate.taxonomy import Category
 
 logger = logging.getLogger(__name__)
 
@@ -77,25 +78,58 @@ def _lock_bucket(project_id: int, bucket: datetime) -> None:
             )
 
 
-def bucket_aggregate(*, project_id: int, bucket: datetime) -> list[dict]:
-    """The rollup cells of one bucket computed from ``ToolCall``: dicts with tool_name,
-    agent_id, reason, category, route, calls, attempts, duplicates_suppressed."""
-    rows = (
-        ToolCall.objects.filter(
-            project_id=project_id,
-            created_at__gte=bucket,
-            created_at__lt=bucket + timedelta(hours=1),
-        )
+#: Calls whose outcome is unknown now, or was once (see ``CallRollup``).
+_UNKNOWN_NOW = Q(category__in=[Category.UNKNOWN_OUTCOME, Category.RECONCILIATION])
+#: States in which a call still waits for something (not finished).
+OPEN_STATES = (
+    ToolCall.State.PENDING_APPROVAL,
+    ToolCall.State.ALLOWED,
+    ToolCall.State.RETRY_WAIT,
+    ToolCall.State.RECONCILING,
+    ToolCall.State.IN_REVIEW,
+)
+
+
+def rollup_cells(calls: QuerySet[ToolCall]) -> QuerySet:
+    """The rollup cells of ``calls``, grouped by creation hour (``bucket``), tool, contract,
+    agent, reason, category and route: dicts with every ``CallRollup`` column but the
+    project. One aggregate; "ever unknown" probes each call's events by the timeline index."""
+    ever_unknown = Exists(
+        CallEvent.objects.filter(call_id=OuterRef("pk"), category=Category.UNKNOWN_OUTCOME)
+    )
+    unknown = _UNKNOWN_NOW | Q(ever_unknown=True)
+    return (
+        # ``used``: the call's attempts (the cell's ``attempts`` is their sum, a name clash)
+        calls.alias(ever_unknown=ever_unknown, used=F("attempts"))
+        .annotate(bucket=TruncHour("created_at", tzinfo=UTC))
         # category is a function of the reason (taxonomy), so the groups are the unique cells
-        .values("tool_name", "agent_id", "reason", "category", "route")
+        .values("bucket", "tool_name", "contract_id", "agent_id", "reason", "category", "route")
         .annotate(
             calls=Count("id"),
             attempts=Coalesce(Sum("attempts"), 0),
             duplicates_suppressed=Coalesce(Sum("duplicates_suppressed"), 0),
+            calls_attempts_0=Count("id", filter=Q(used=0)),
+            calls_attempts_1=Count("id", filter=Q(used=1)),
+            calls_attempts_2=Count("id", filter=Q(used=2)),
+            calls_attempts_3=Count("id", filter=Q(used=3)),
+            calls_attempts_4=Count("id", filter=Q(used=4)),
+            calls_attempts_5_plus=Count("id", filter=Q(used__gte=5)),
+            unknown_calls=Count("id", filter=unknown),
+            unknown_decided=Count("id", filter=unknown & Q(decided_at__isnull=False)),
+            unknown_open=Count(
+                "id", filter=unknown & Q(decided_at__isnull=True, state__in=OPEN_STATES)
+            ),
         )
         .order_by()
     )
-    return [dict(row) for row in rows]
+
+
+def bucket_aggregate(*, project_id: int, bucket: datetime) -> list[dict]:
+    """The rollup cells of one bucket computed from ``ToolCall`` (``rollup_cells``)."""
+    calls = ToolCall.objects.filter(
+        project_id=project_id, created_at__gte=bucket, created_at__lt=bucket + timedelta(hours=1)
+    )
+    return [{k: v for k, v in row.items() if k != "bucket"} for row in rollup_cells(calls)]
 
 
 def rollup_bucket_refresh(*, project_id: int, bucket: datetime) -> int:
