@@ -42,6 +42,7 @@ from callgate.models import (
     ToolContract,
 )
 from callgate.providers import normalise
+from callgate.reports.rollups import buckets_touch
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,
@@ -698,6 +699,7 @@ def _apply_once(*, project, agent, events, source, user) -> list[Outcome]:
             continue
         outcomes.append(ACCEPTED)
     batch.save()
+    buckets_touch(batch.calls[op] for op in batch.changed | batch.new_ids)
     return outcomes
 
 

@@ -193,8 +193,13 @@ class ToolCall(models.Model):
         REJECTED = "rejected", "Rejected at the gate"
         FAILED = "failed", "Failed"
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="calls")
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="calls")
+    # No single-column indexes on project, agent or decider: the indexes below start with
+    # project or agent, and a decider is only looked up when a user is deleted (a scan).
+    # Every index is written on every insert, and on updates that are not HOT.
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="calls", db_index=False
+    )
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="calls", db_index=False)
     operation_id = models.CharField(max_length=200)
     request_id = models.CharField(max_length=200, blank=True)
     conversation_id = models.CharField(max_length=200, blank=True)
@@ -230,7 +235,12 @@ class ToolCall(models.Model):
     decision = models.CharField(max_length=20, blank=True)
     decision_reason = models.TextField(blank=True)
     decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
     decided_at = models.DateTimeField(null=True, blank=True)
 
@@ -239,22 +249,42 @@ class ToolCall(models.Model):
 
     class Meta:
         constraints = [
+            # pattern operators: also serves the calls list's operation-ID prefix search
+            # (LIKE 'prefix%'), which a default-collation index cannot
             models.UniqueConstraint(
-                fields=["project", "operation_id"], name="toolcall_unique_operation"
+                fields=["project", "operation_id"],
+                name="toolcall_unique_operation",
+                opclasses=["int8_ops", "varchar_pattern_ops"],
             ),
         ]
         indexes = [
-            # calls list: newest first within a project
+            # calls list: newest first within a project (also: the capped counts)
             models.Index(fields=["project", "-created_at"], name="toolcall_project_recent"),
-            # calls list filtered by reason / state
+            # calls list filtered by reason (and by category: a set of reasons)
             models.Index(
                 fields=["project", "reason", "-created_at"], name="toolcall_project_reason"
             ),
-            models.Index(fields=["project", "state"], name="toolcall_project_state"),
+            # calls list filtered by state
+            models.Index(fields=["project", "state", "-created_at"], name="toolcall_project_state"),
+            # calls list filtered by tool
+            models.Index(
+                fields=["project", "tool_name", "-created_at"], name="toolcall_project_tool"
+            ),
+            # calls list filtered by agent (an agent is in one project); deleting an agent
+            models.Index(fields=["agent", "-created_at"], name="toolcall_agent_recent"),
             # a later event naming its call by call_id within request_id
             models.Index(fields=["project", "request_id", "call_id"], name="toolcall_request_call"),
-            # rollup refresh: calls changed since a watermark
-            models.Index(fields=["updated_at"], name="toolcall_updated"),
+            # sweeps over every project, each reading only the calls it is about
+            models.Index(
+                fields=["reconcile_requested_at"],
+                condition=models.Q(state="reconciling"),
+                name="toolcall_reconciling",
+            ),
+            models.Index(
+                fields=["deadline"],
+                condition=models.Q(state="retry_wait"),
+                name="toolcall_retry_due",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -362,6 +392,28 @@ class InboxEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_id} ({self.status})"
+
+
+class RollupDirtyBucket(models.Model):
+    """A (project, creation hour) whose calls changed since its rollup rows were computed:
+    written by every writer of ``ToolCall`` in the same transaction as the change
+    (``callgate.reports.rollups.buckets_touch``), removed by the refresh in the transaction
+    that recomputes the bucket. The watermark of what the rollups lack, without an index on
+    ``ToolCall.updated_at`` (which made no call update HOT)."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
+    bucket = models.DateTimeField(help_text="Start of the UTC hour the calls were created in.")
+    touched_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "bucket"], name="rollupdirty_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id} {self.bucket:%Y-%m-%d %H}h"
 
 
 class RequestBudget(models.Model):

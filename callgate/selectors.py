@@ -21,7 +21,12 @@ from callgate.models import (
     ToolContract,
 )
 from callgate.reports.rollups import hour_floor
-from callgate.taxonomy import Category
+from callgate.taxonomy import TABLE, Category
+
+#: category → the reasons of that category (the taxonomy's table)
+REASONS_OF_CATEGORY: dict[str, list[str]] = {}
+for _reason, (_category, _route) in TABLE.items():
+    REASONS_OF_CATEGORY.setdefault(_category.value, []).append(_reason.value)
 
 
 def project_overview(*, project: Project) -> dict:
@@ -137,7 +142,10 @@ def calls_filtered(
     for name, lookup in lookups.items():
         value = getattr(filters, name)
         if name not in ignore and value not in ("", None):
-            qs = qs.filter(**{lookup: value})
+            if name == "category":  # a function of the reason: the reason index serves it
+                qs = qs.filter(reason__in=REASONS_OF_CATEGORY.get(value, [value]))
+            else:
+                qs = qs.filter(**{lookup: value})
     return qs
 
 

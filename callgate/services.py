@@ -26,6 +26,7 @@ from callgate.models import (
     ToolCall,
     ToolContract,
 )
+from callgate.reports.rollups import buckets_touch
 from callgate.schemas import ApprovalExpiredEvent, ContractIn, DecisionEvent, ReconciledEvent
 from callgate.taxonomy import Reason, Route, category_of
 from callgate.wire import arguments_digest, derive_operation_id, redact
@@ -266,6 +267,7 @@ def call_reconcile_failed(*, call: ToolCall, detail: dict) -> ToolCall:
                 now,
             )
             locked.save(update_fields=["state", "route", "updated_at"])
+            buckets_touch([locked])
             from reviews.services import review_item_open
 
             review_item_open(call=locked)
@@ -310,6 +312,7 @@ def call_deadline_passed(*, call: ToolCall) -> ToolCall:
         locked.save(
             update_fields=["state", "reason", "category", "route", "observation", "updated_at"]
         )
+        buckets_touch([locked])
         from reviews.services import review_item_open
 
         review_item_open(call=locked)
