@@ -17,6 +17,8 @@ from typing import Any
 
 import psycopg
 from django.db import OperationalError, connection, transaction
+from django.db.models.fields.json import KT
+from django.db.models.functions import JSONObject
 from django.utils import timezone
 
 from callgate.ingest import (
@@ -113,8 +115,8 @@ INSERT_ATTEMPTS = 3
 
 
 def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]) -> set[str]:
-    """Insert ``(event ID, event as JSON)`` rows, in order, unless the event ID is pending in
-    the inbox already or was applied before (a ``CallEvent`` has it); returns the event IDs
+    """Insert ``(event ID, event as JSON)`` rows, in order, unless the event ID is in the
+    inbox already (pending, or applied: kept until retention); returns the event IDs
     stored (canonical text). A re-sent event whose first copy the rules rejected is taken
     again, at the end of the queue (the call it needed may exist by now): only then, a delete
     and a second insert.
@@ -158,12 +160,16 @@ def _inbox_insert(*, project: Project, agent: Agent, rows: list[tuple[str, str]]
 
 
 def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]]) -> set[str]:
-    """One insert, ``ON CONFLICT (project, event_id) DO NOTHING``, skipping applied event IDs;
-    returns the event IDs stored, as canonical text (``str(uuid)``).
+    """One insert, ``ON CONFLICT (project, event_id) DO NOTHING``; returns the event IDs
+    stored, as canonical text (``str(uuid)``). The conflict alone decides what was seen:
+    applied events keep their inbox row (``applied``) until retention, so the unique index
+    is the only structure the statement reads, whatever the planner believes about the
+    project's size (a probe of applied ``CallEvent`` IDs once switched, for a new tenant
+    without statistics, to reading the project's events: 18.8 s for 500 events).
     PostgreSQL: one statement over the events as one JSON array (``jsonb_array_elements``;
     ``model_dump_json`` writes the event ID in canonical form), its text short and fixed
-    whatever the batch size. Elsewhere (SQLite, the embedded default): one look-up of applied
-    IDs and one multi-row ``VALUES`` insert."""
+    whatever the batch size. Elsewhere (SQLite, the embedded default): one multi-row
+    ``VALUES`` insert."""
     meta = InboxEvent._meta
     received_at = meta.get_field("received_at").get_db_prep_value(timezone.now(), connection)
     event_id_field = meta.get_field("event_id")
@@ -180,28 +186,10 @@ def _insert_rows(*, project: Project, agent: Agent, rows: list[tuple[str, str]])
                 f"INSERT INTO {meta.db_table} ({columns}) "
                 f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, e.body, %s, %s, '[]'::jsonb "
                 f"FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(body, n) "
-                f"WHERE (SELECT c.id FROM {CallEvent._meta.db_table} c "
-                f"       WHERE c.project_id = %s AND c.event_id = (e.body ->> 'event_id')::uuid) IS NULL "
                 f"ORDER BY e.n ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id::text",
-                [
-                    project.pk,
-                    agent.pk,
-                    received_at,
-                    InboxEvent.Status.PENDING,
-                    document,
-                    project.pk,
-                ],
+                [project.pk, agent.pk, received_at, InboxEvent.Status.PENDING, document],
             )
             return {value for (value,) in cursor.fetchall()}
-        applied = {
-            str(event_id)
-            for event_id in CallEvent.objects.filter(
-                project=project, event_id__in=[event_id for event_id, _ in rows]
-            ).values_list("event_id", flat=True)
-        }
-        rows = [(event_id, body) for event_id, body in rows if event_id not in applied]
-        if not rows:
-            return set()
         params: list[Any] = []
         for event_id, body in rows:
             params += [
@@ -313,7 +301,11 @@ def _drain_chunk(project_id: int, *, bound: int) -> int:
                 else:
                     done.append(row.pk)
             start = end
-        InboxEvent.objects.filter(pk__in=done).delete()
+        # applied rows stay (their event ID is what the next insert's ON CONFLICT sees), with
+        # the body cut to its type: the applied, redacted copy is the CallEvent
+        InboxEvent.objects.filter(pk__in=done).update(
+            status=InboxEvent.Status.APPLIED, body=JSONObject(type=KT("body__type"))
+        )
         if rejected:
             sensitive = {
                 name

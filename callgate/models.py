@@ -352,14 +352,17 @@ class InboxEvent(models.Model):
 
     Ingest only validates the envelope (pydantic) and stores it here with one statement per
     batch; ``callgate.inbox.inbox_drain`` applies pending rows in ``id`` order per project
-    (Celery task, enqueued after the insert; a beat sweep picks up anything left) and deletes
-    them: an applied event lives on as its ``CallEvent``. An event the rules refuse (unknown
+    (Celery task, enqueued after the insert; a beat sweep picks up anything left) and marks
+    them ``applied``, their body cut to its type: an applied event lives on as its
+    ``CallEvent``, and its row here until retention, so that a re-sent event ID meets the
+    unique index and ``ON CONFLICT`` alone recognises it. An event the rules refuse (unknown
     call, a transition its call's state does not allow) stays here as ``rejected`` with
     ``errors``, until retention removes it. ``GET /api/v1/events/{event_id}`` reads both."""
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
         REJECTED = "rejected", "Rejected"
+        APPLIED = "applied", "Applied"
 
     # No database-level foreign keys: each would cost a referential check per inserted row on
     # the ingest hot path (measured: about 15 µs of 35 per event). Both IDs come from the API

@@ -391,7 +391,9 @@ def agents_with_keys(*, project: Project) -> list[Agent]:
     )
     counts = {
         (row["agent_id"], row["status"]): row["n"]
-        for row in InboxEvent.objects.filter(project=project)
+        for row in InboxEvent.objects.filter(
+            project=project, status__in=[InboxEvent.Status.PENDING, InboxEvent.Status.REJECTED]
+        )
         .values("agent_id", "status")
         .annotate(n=Count("id"))
         .order_by()
