@@ -11,6 +11,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from callgate.models import CallEvent, ToolCall, ToolContract
+from callgate.reports import rollups
 from callgate.taxonomy import TABLE, Reason
 from tests.browser_support import BrowserTestCase
 
@@ -87,6 +88,7 @@ def seed(project, agent, n: int = 60) -> list[ToolCall]:
             state_after=call.state,
         )
         calls.append(call)
+    rollups.rollups_rebuild(project_id=project.pk)  # what the refresh does within a minute
     return calls
 
 
