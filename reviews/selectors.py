@@ -127,15 +127,14 @@ COUNT_CAP = 10_000
 
 
 def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
-    """Items matching ``filters`` in queue order (``QUEUE_ORDER``), with the call, agent,
-    assignee and ``has_absent`` (a reconciliation proved the latest attempt absent)."""
+    """Items matching ``filters`` in queue order (``QUEUE_ORDER``), with the call, agent and
+    assignee (``annotate_rows`` adds what a page's rows show)."""
     from reviews.models import ReviewItem
 
     now = now or timezone.now()
     return (
         _apply(ReviewItem.objects.filter(project=project), filters, user=user, now=now)
         .select_related("call", "call__agent", "call__contract", "assignee")
-        .annotate(has_absent=Exists(absent_reconciliations().filter(call=OuterRef("call"))))
         .order_by(*QUEUE_ORDER)
     )
 
@@ -240,7 +239,7 @@ def queue_page(
         rows = list(qs[: size + 1])
         more_after, more_before = len(rows) > size, after is not None
         rows = rows[:size]
-    annotate_similar(project=project, rows=rows)
+    annotate_rows(project=project, rows=rows)
     count = capped_count(
         _apply(project.review_items.all(), filters, user=user, now=now or timezone.now())
     )
@@ -253,12 +252,22 @@ def queue_page(
     )
 
 
-def annotate_similar(*, project, rows: list) -> None:
-    """``row.n_similar``: open items of ``project`` with the row's tool and reason, less one."""
+def annotate_rows(*, project, rows: list) -> None:
+    """What a page's rows show, in two queries over those rows only: ``n_similar`` (open
+    items of ``project`` with the row's tool and reason, less one) and ``has_absent`` (a
+    reconciliation proved the latest attempt absent). As a correlated subquery in the
+    page's query, the latter was planned as a hashed scan of every tenant's events."""
     from reviews.models import ReviewItem
 
     if not rows:
         return
+    absent = set(
+        absent_reconciliations()
+        .filter(call_id__in=[i.call_id for i in rows])
+        .values_list("call_id", flat=True)
+    )
+    for item in rows:
+        item.has_absent = item.call_id in absent
     counts = {
         (r["call__tool_name"], r["reason"]): r["n"]
         for r in ReviewItem.objects.filter(

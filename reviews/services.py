@@ -624,8 +624,8 @@ QUEUE_APPROVE_NEEDS_CLAIM = (
 def queue_approve_action(item: ReviewItem, *, user=None) -> tuple[str, str]:
     """The queue's one-key approve for a row: (decision, why it is unavailable or "").
     Approving an approval request from the list is a blind write, so it needs the row to be
-    claimed by ``user`` (a live lease) first. Uses ``item.has_absent`` (annotated by
-    ``queue_items``) instead of a query per row."""
+    claimed by ``user`` (a live lease) first. Uses ``item.has_absent`` (set by
+    ``reviews.selectors.annotate_rows`` for a page) instead of a query per row."""
     if not item.is_open:
         return "", "closed"
     if item.kind == ReviewItem.Kind.APPROVAL:

@@ -237,7 +237,7 @@ def _answer(
         row = selectors.queue_items(
             project=request.project, filters=selectors.QueueFilters(status="all"), user=request.user
         ).get(pk=item.pk)
-        selectors.annotate_similar(project=request.project, rows=[row])
+        selectors.annotate_rows(project=request.project, rows=[row])
         context = {
             "row": {"item": row, "new": False, "selected": False},
             "now": timezone.now(),

@@ -8,7 +8,7 @@ from django.utils import timezone
 from callgate.models import CallEvent, ToolCall
 from reviews import services
 from reviews.models import ReviewAudit, ReviewItem
-from reviews.selectors import QueueFilters, queue_items
+from reviews.selectors import QueueFilters, annotate_rows, queue_items
 from tests.factories import BaseTestCase, make_event
 from tests.reviews.fixtures import add_reconciled, make_call, make_contract, make_item
 
@@ -461,6 +461,7 @@ class ApproveRetryGuardFreshnessTests(BaseTestCase):
         row = queue_items(project=self.project, filters=QueueFilters(), user=self.alice).get(
             pk=second.pk
         )
+        annotate_rows(project=self.project, rows=[row])
         assert row.has_absent is False
         assert services.queue_approve_action(row)[1]
         try:
@@ -476,6 +477,7 @@ class ApproveRetryGuardFreshnessTests(BaseTestCase):
         row = queue_items(project=self.project, filters=QueueFilters(), user=self.alice).get(
             pk=second.pk
         )
+        annotate_rows(project=self.project, rows=[row])
         assert row.has_absent is True
 
     def test_it_orders_events_received_at_the_same_instant_by_id(self):
