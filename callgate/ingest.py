@@ -43,6 +43,7 @@ from callgate.models import (
     ToolContract,
 )
 from callgate.prometheus import VERDICTS
+from callgate.reports.rollups import buckets_touch
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,
@@ -1010,6 +1011,7 @@ def _apply_once(*, project, agent, events, source, user, may_decide) -> list[Out
             continue
         outcomes.append(ACCEPTED)
     batch.save()
+    buckets_touch(batch.calls[op] for op in batch.changed | batch.new_ids)
     return outcomes
 
 

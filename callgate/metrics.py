@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from callgate.taxonomy import Category, Route
+from callgate.taxonomy import TABLE, Category, Route
 
 #: Categories that mean "nothing went wrong".
 GOOD_CATEGORIES: tuple[str, ...] = (Category.OK.value, Category.EMPTY_RESULT.value)
@@ -84,8 +84,8 @@ def window(length: timedelta, *, now: datetime | None = None) -> tuple[datetime,
 def category_q(value: str) -> Q:
     """The ``ToolCall`` condition of a ``category`` filter value: a category slug or one of
     ``CATEGORY_SETS``. Raises ``ValueError`` for anything else."""
-    if value in Category.values:
-        return Q(category=value)
+    if value in Category.values:  # by its reasons: the (project, reason) index serves it
+        return Q(reason__in=[r.value for r, (c, _) in TABLE.items() if c == value])
     if value == "none":
         return Q(category=UNCLASSIFIED)
     if value == "not_ok":

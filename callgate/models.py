@@ -207,8 +207,13 @@ class ToolCall(models.Model):
 
     State = State  # the states of callgate.lifecycle
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="calls")
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="calls")
+    # No single-column indexes on project, agent or decider: the indexes below start with
+    # project or agent, and a decider is only looked up when a user is deleted (a scan).
+    # Every index is written on every insert, and on updates that are not HOT.
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="calls", db_index=False
+    )
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="calls", db_index=False)
     operation_id = models.CharField(max_length=200)
     request_id = models.CharField(max_length=200, blank=True)
     conversation_id = models.CharField(max_length=200, blank=True)
@@ -250,7 +255,12 @@ class ToolCall(models.Model):
     decision = models.CharField(max_length=20, blank=True)
     decision_reason = models.TextField(blank=True)
     decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
     decided_at = models.DateTimeField(null=True, blank=True)
 
@@ -259,24 +269,44 @@ class ToolCall(models.Model):
 
     class Meta:
         constraints = [
+            # pattern operators: also serves the calls list's operation-ID prefix search
+            # (LIKE 'prefix%'), which a default-collation index cannot
             models.UniqueConstraint(
-                fields=["project", "operation_id"], name="toolcall_unique_operation"
+                fields=["project", "operation_id"],
+                name="toolcall_unique_operation",
+                opclasses=["int8_ops", "varchar_pattern_ops"],
             ),
         ]
         indexes = [
-            # calls list: newest first within a project
+            # calls list: newest first within a project (also: the capped counts)
             models.Index(fields=["project", "-created_at"], name="toolcall_project_recent"),
-            # calls list filtered by reason / state
+            # calls list filtered by reason (and by category: a set of reasons)
             models.Index(
                 fields=["project", "reason", "-created_at"], name="toolcall_project_reason"
             ),
-            models.Index(fields=["project", "state"], name="toolcall_project_state"),
+            # calls list filtered by state
+            models.Index(fields=["project", "state", "-created_at"], name="toolcall_project_state"),
+            # calls list filtered by tool
+            models.Index(
+                fields=["project", "tool_name", "-created_at"], name="toolcall_project_tool"
+            ),
+            # calls list filtered by agent (an agent is in one project); deleting an agent
+            models.Index(fields=["agent", "-created_at"], name="toolcall_agent_recent"),
             # a later event naming its call by call_id within request_id
             models.Index(fields=["project", "request_id", "call_id"], name="toolcall_request_call"),
             # GET /api/v1/calls?trace_id=… and the calls page's trace filter (OpenTelemetry)
             models.Index(fields=["project", "trace_id"], name="toolcall_project_trace"),
-            # rollup refresh: calls changed since a watermark
-            models.Index(fields=["updated_at"], name="toolcall_updated"),
+            # sweeps over every project, each reading only the calls it is about
+            models.Index(
+                fields=["reconcile_requested_at"],
+                condition=models.Q(state="reconciling"),
+                name="toolcall_reconciling",
+            ),
+            models.Index(
+                fields=["deadline"],
+                condition=models.Q(state="retry_wait"),
+                name="toolcall_retry_due",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -353,8 +383,10 @@ class InboxEvent(models.Model):
 
     Ingest only validates the envelope (pydantic) and stores it here with one statement per
     batch; ``callgate.inbox.inbox_drain`` applies pending rows in ``id`` order per project
-    (Celery task, enqueued after the insert; a beat sweep picks up anything left) and deletes
-    them: an applied event lives on as its ``CallEvent``. An event the rules refuse (unknown
+    (Celery task, enqueued after the insert; a beat sweep picks up anything left) and marks
+    them ``applied``, their body cut to its type: an applied event lives on as its
+    ``CallEvent``, and its row here until retention, so that a re-sent event ID meets the
+    unique index and ``ON CONFLICT`` alone recognises it. An event the rules refuse (unknown
     call, a transition its call's state does not allow) stays here as ``rejected`` with
     ``errors``, until retention removes it. ``GET /api/v1/events/{event_id}`` reads both."""
 
@@ -364,6 +396,7 @@ class InboxEvent(models.Model):
         #: a drain died with it ``inbox.QUARANTINE_AFTER`` times (a worker killed or over its
         #: time limit): set aside for an administrator, never tried again
         QUARANTINED = "quarantined", "Quarantined"
+        APPLIED = "applied", "Applied"
 
     # No database-level foreign keys: each would cost a referential check per inserted row on
     # the ingest hot path (measured: about 15 µs of 35 per event). Both IDs come from the API
@@ -408,6 +441,28 @@ class InboxEvent(models.Model):
         return f"{self.event_id} ({self.status})"
 
 
+class RollupDirtyBucket(models.Model):
+    """A (project, creation hour) whose calls changed since its rollup rows were computed:
+    written by every writer of ``ToolCall`` in the same transaction as the change
+    (``callgate.reports.rollups.buckets_touch``), removed by the refresh in the transaction
+    that recomputes the bucket. The watermark of what the rollups lack, without an index on
+    ``ToolCall.updated_at`` (which made no call update HOT)."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
+    bucket = models.DateTimeField(help_text="Start of the UTC hour the calls were created in.")
+    touched_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "bucket"], name="rollupdirty_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id} {self.bucket:%Y-%m-%d %H}h"
+
+
 class RequestBudget(models.Model):
     """What one request knows of one tool: re-asks used (the contract's ``max_reasks``
     budget), identical proposals by canonical-arguments digest (``max_identical``,
@@ -438,13 +493,23 @@ class RequestBudget(models.Model):
 
 
 class CallRollup(models.Model):
-    """Pre-aggregated call counts per project, hour, tool, agent and reason: what the
-    reports read. Maintained by ``callgate.reports.rollups``; equal to a direct count over
-    ``ToolCall`` grouped the same way (by the call's creation hour and current reason)."""
+    """Pre-aggregated call counts per project, hour, tool, contract version, agent, reason
+    and route: what the reports read. Maintained by ``callgate.reports.rollups``; equal to a
+    direct count over ``ToolCall`` grouped the same way (by the call's creation hour and
+    current reason).
+
+    Besides the counts, each cell holds what the reliability and contract reports need,
+    so that none of them reads ``ToolCall``: the calls by attempts used (0 … 4, 5 and more)
+    and the calls whose outcome was ever unknown (a ``CallEvent`` classified
+    ``unknown_outcome``, or a current reason of that category or of reconciliation), with
+    how many of those a human decided and how many are still open."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     bucket = models.DateTimeField(help_text="Start of the UTC hour the calls were created in.")
     tool_name = models.CharField(max_length=128, blank=True)
+    contract = models.ForeignKey(
+        ToolContract, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     reason = models.CharField(max_length=32, blank=True)
     category = models.CharField(max_length=20, blank=True)
@@ -452,12 +517,22 @@ class CallRollup(models.Model):
     calls = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     duplicates_suppressed = models.PositiveIntegerField(default=0)
+    calls_attempts_0 = models.PositiveIntegerField(default=0)
+    calls_attempts_1 = models.PositiveIntegerField(default=0)
+    calls_attempts_2 = models.PositiveIntegerField(default=0)
+    calls_attempts_3 = models.PositiveIntegerField(default=0)
+    calls_attempts_4 = models.PositiveIntegerField(default=0)
+    calls_attempts_5_plus = models.PositiveIntegerField(default=0)
+    unknown_calls = models.PositiveIntegerField(default=0)
+    unknown_decided = models.PositiveIntegerField(default=0)
+    unknown_open = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["project", "bucket", "tool_name", "agent", "reason", "route"],
+                fields=["project", "bucket", "tool_name", "contract", "agent", "reason", "route"],
                 name="callrollup_unique_cell",
+                nulls_distinct=False,
             ),
         ]
         indexes = [

@@ -7,8 +7,8 @@ import binascii
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, F, Prefetch, Q, QuerySet, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum, Window
+from django.db.models.functions import Coalesce, RowNumber
 
 from callgate import metrics
 from callgate.models import (
@@ -16,6 +16,7 @@ from callgate.models import (
     AgentTool,
     ApiKey,
     CallEvent,
+    CallRollup,
     InboxEvent,
     Project,
     ToolCall,
@@ -193,14 +194,50 @@ def calls_page(
     return CallPage(rows=rows, older=older, newer=newer)
 
 
-def calls_category_counts(*, project: Project, filters: CallFilters) -> dict[str, int]:
+#: Filters the rollups can answer (``CallRollup`` has these columns); the category filter
+#: is ignored by the counts anyway.
+ROLLUP_FILTERS = {"reason", "category", "route", "tool", "agent"}
+#: A count over calls themselves stops after this many rows ("10,000+").
+COUNT_CAP = 10_000
+
+
+@dataclass(frozen=True)
+class CategoryCounts:
+    """Matching calls per category. ``capped``: more than ``COUNT_CAP`` calls match and
+    the counts are those of the newest ``COUNT_CAP + 1`` (lower bounds, shown with "+")."""
+
+    counts: dict[str, int]
+    capped: bool = False
+
+
+def calls_category_counts(*, project: Project, filters: CallFilters) -> CategoryCounts:
     """Matching calls per category, ignoring the category filter itself (so the bar shows
-    what picking another category would give). One grouped query."""
-    qs = calls_filtered(project=project, filters=filters, ignore=("category",))
-    return {
-        row["category"]: row["n"]
-        for row in qs.order_by().values("category").annotate(n=Count("id"))
-    }
+    what picking another category would give). One query whose cost does not grow with the
+    project: from the rollups when only tool, agent, reason and route are filtered (exact as
+    of the last refresh, at most a minute old), else counted over the newest
+    ``COUNT_CAP + 1`` matching calls (an index scan stopping there)."""
+    used = {f.name for f in fields(filters) if getattr(filters, f.name) not in ("", None)}
+    if used <= ROLLUP_FILTERS:
+        rollups = CallRollup.objects.filter(project=project)
+        for name, column in (
+            ("reason", "reason"),
+            ("route", "route"),
+            ("tool", "tool_name"),
+            ("agent", "agent_id"),
+        ):
+            if getattr(filters, name) not in ("", None):
+                rollups = rollups.filter(**{column: getattr(filters, name)})
+        rows = rollups.order_by().values("category").annotate(n=Sum("calls"))
+        return CategoryCounts(counts={r["category"]: r["n"] for r in rows if r["n"]})
+    newest = (
+        calls_filtered(project=project, filters=filters, ignore=("category",))
+        .order_by("-created_at")
+        .values_list("category", flat=True)[: COUNT_CAP + 1]
+    )
+    counts: dict[str, int] = {}
+    for category in newest:
+        counts[category] = counts.get(category, 0) + 1
+    return CategoryCounts(counts=counts, capped=sum(counts.values()) > COUNT_CAP)
 
 
 def call_filter_choices(*, project: Project) -> dict:
@@ -300,7 +337,7 @@ def contracts_latest(*, project: Project) -> list[dict]:
     """One entry per tool name: ``{"contract": latest ToolContract, "versions": int,
     "calls": int, "argument_errors": int, "hallucinations": int, "bad_rate": float | None}``
     where ``bad_rate`` is the share (0..1) of calls that were argument errors or
-    hallucinations. Two queries."""
+    hallucinations. Two queries; the counts from the rollups (as of their last refresh)."""
     latest = (
         ToolContract.objects.filter(project=project)
         .annotate(
@@ -314,13 +351,13 @@ def contracts_latest(*, project: Project) -> list[dict]:
     contracts = [c for c in latest if c.rank == 1]
     stats = {
         row["tool_name"]: row
-        for row in ToolCall.objects.filter(project=project)
+        for row in CallRollup.objects.filter(project=project)
         .order_by()
         .values("tool_name")
         .annotate(
-            n=Count("id"),
-            argument_errors=Count("id", filter=Q(category=Category.ARGUMENT_ERROR)),
-            hallucinations=Count("id", filter=Q(category=Category.HALLUCINATION)),
+            n=Sum("calls"),
+            argument_errors=Coalesce(Sum("calls", filter=Q(category=Category.ARGUMENT_ERROR)), 0),
+            hallucinations=Coalesce(Sum("calls", filter=Q(category=Category.HALLUCINATION)), 0),
         )
     }
     out = []
@@ -341,12 +378,19 @@ def contracts_latest(*, project: Project) -> list[dict]:
 
 
 def contract_versions(*, project: Project, name: str) -> list[ToolContract]:
-    """Every version of one tool's contract, newest first, each annotated with ``calls``."""
-    return list(
-        ToolContract.objects.filter(project=project, name=name)
-        .annotate(n_calls=Count("calls"))
-        .order_by("-version")
+    """Every version of one tool's contract, newest first, each with ``n_calls`` (from the
+    rollups, as of their last refresh)."""
+    versions = list(ToolContract.objects.filter(project=project, name=name).order_by("-version"))
+    counts = dict(
+        CallRollup.objects.filter(project=project, contract__in=versions)
+        .values("contract_id")
+        .annotate(n=Sum("calls"))
+        .order_by()
+        .values_list("contract_id", "n")
     )
+    for version in versions:
+        version.n_calls = counts.get(version.pk, 0)
+    return versions
 
 
 def contract_as_input(contract: ToolContract) -> dict:
@@ -382,14 +426,21 @@ REFUSED_SHOWN = 10
 
 def agents_with_keys(*, project: Project) -> list[Agent]:
     """The project's agents with ``api_keys`` (newest first) and ``tools`` prefetched and
-    ``calls_24h`` annotated; from the inbox, ``pending_events`` (received, not applied yet),
+    ``calls_24h`` (calls created since the start of the UTC hour 24 hours ago, from the
+    rollups: as of their last refresh, and a read of at most 25 hours of rollup rows); from the inbox, ``pending_events`` (received, not applied yet),
     ``refused_count`` and ``refused`` (the newest ``REFUSED_SHOWN`` events the rules refused
     when applying them, kept until retention). Five queries. "24 hours" is the window of
     ``metrics.window`` (whole hours), as on the overview and the calls list's ``since=24h``."""
     since = metrics.window(TIME_PRESETS["24h"])[0]
+    recent = dict(
+        CallRollup.objects.filter(project=project, bucket__gte=since)
+        .values("agent_id")
+        .annotate(n=Sum("calls"))
+        .order_by()
+        .values_list("agent_id", "n")
+    )
     agents = list(
         Agent.objects.filter(project=project)
-        .annotate(calls_24h=Count("calls", filter=Q(calls__created_at__gte=since)))
         .prefetch_related(
             Prefetch("api_keys", queryset=ApiKey.objects.order_by("revoked_at", "-created_at")),
             Prefetch("tools", queryset=AgentTool.objects.order_by("name")),
@@ -398,7 +449,9 @@ def agents_with_keys(*, project: Project) -> list[Agent]:
     )
     counts = {
         (row["agent_id"], row["status"]): row["n"]
-        for row in InboxEvent.objects.filter(project=project)
+        for row in InboxEvent.objects.filter(
+            project=project, status__in=[InboxEvent.Status.PENDING, InboxEvent.Status.REJECTED]
+        )
         .values("agent_id", "status")
         .annotate(n=Count("id"))
         .order_by()
@@ -413,6 +466,7 @@ def agents_with_keys(*, project: Project) -> list[Agent]:
     for row in refused:
         by_agent.setdefault(row.agent_id, []).append(row)
     for agent in agents:
+        agent.calls_24h = recent.get(agent.pk, 0)
         agent.pending_events = counts.get((agent.pk, InboxEvent.Status.PENDING), 0)
         agent.refused_count = counts.get((agent.pk, InboxEvent.Status.REJECTED), 0)
         agent.refused = by_agent.get(agent.pk, [])

@@ -29,6 +29,7 @@ from callgate.models import (
     ToolCall,
     ToolContract,
 )
+from callgate.reports.rollups import buckets_touch
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,
@@ -358,6 +359,7 @@ def call_reconcile_failed(*, call: ToolCall, detail: dict) -> ToolCall:
                 now,
             )
             locked.save(update_fields=["state", "route", "updated_at"])
+            buckets_touch([locked])
             escalation.review_item_open(call=locked)
     return locked
 
@@ -400,6 +402,7 @@ def call_deadline_passed(*, call: ToolCall) -> ToolCall:
         locked.save(
             update_fields=["state", "reason", "category", "route", "observation", "updated_at"]
         )
+        buckets_touch([locked])
         escalation.review_item_open(call=locked)
     return locked
 

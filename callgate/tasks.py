@@ -278,7 +278,9 @@ def purge_events() -> int:
             (
                 InboxEvent,
                 InboxEvent.objects.filter(
-                    project=project, status=InboxEvent.Status.REJECTED, received_at__lt=cutoff
+                    project=project,
+                    status__in=[InboxEvent.Status.REJECTED, InboxEvent.Status.APPLIED],
+                    received_at__lt=cutoff,
                 ),
             ),
         ):

@@ -237,7 +237,8 @@ def calls(request: HttpRequest) -> HttpResponse:
 
     choices = selectors.call_filter_choices(project=project)
     agents = dict(choices["agents"])
-    counts = selectors.calls_category_counts(project=project, filters=filters)
+    category_counts = selectors.calls_category_counts(project=project, filters=filters)
+    counts = category_counts.counts
     total = _calls_total(project=project, filters=filters, counts=counts)
     context.update(
         {
@@ -273,6 +274,7 @@ def calls(request: HttpRequest) -> HttpResponse:
             or (filters.category == "none" and metrics.UNCLASSIFIED in counts),
             "category_label": metrics.CATEGORY_SETS.get(filters.category)
             or (Category(filters.category).label if filters.category else ""),
+            "capped": category_counts.capped,
             "choices": choices,
             "reasons": Reason.choices,
             "routes": Route.choices,

@@ -83,6 +83,10 @@ class ReviewItem(models.Model):
                 name="reviewitem_open_queue",
                 condition=models.Q(status__in=["open", "claimed"]),
             ),
+            # queue page in queue order for every other status (resolved, all): keyset pages
+            models.Index(
+                fields=["project", "priority", "created_at", "id"], name="reviewitem_queue_order"
+            ),
             # review_leases_lapse: claimed items whose lease ran out
             models.Index(
                 fields=["lease_expires_at"],

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from callgate.models import CallEvent, Membership, ToolCall
@@ -116,32 +115,167 @@ def absent_reconciliations() -> QuerySet:
     )
 
 
+#: The queue's order: most urgent first, then oldest (``pk`` breaks ties): the keyset.
+QUEUE_ORDER = ("priority", "created_at", "pk")
+#: Counts stop here: the page says "10,000+" instead of counting every resolved item.
+COUNT_CAP = 10_000
+
+
 def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
-    """Items matching ``filters``, most urgent first (priority, then oldest), with the call,
-    agent, assignee and ``n_similar`` (other open items with the same tool and reason)."""
+    """Items matching ``filters`` in queue order (``QUEUE_ORDER``), with the call, agent and
+    assignee (``annotate_rows`` adds what a page's rows show)."""
 
     now = now or timezone.now()
-    similar = (
-        ReviewItem.objects.filter(
-            project=OuterRef("project"),
-            status__in=ReviewItem.OPEN_STATUSES,
-            reason=OuterRef("reason"),
-            call__tool_name=OuterRef("call__tool_name"),
-        )
-        .order_by()
-        .values("project")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
     return (
         _apply(ReviewItem.objects.filter(project=project), filters, user=user, now=now)
         .select_related("call", "call__agent", "call__contract", "assignee")
-        .annotate(
-            n_similar=Coalesce(Subquery(similar, output_field=IntegerField()), 0) - 1,
-            has_absent=Exists(absent_reconciliations().filter(call=OuterRef("call"))),
-        )
-        .order_by("priority", "created_at", "pk")
+        .order_by(*QUEUE_ORDER)
     )
+
+
+@dataclass(frozen=True)
+class QueueCursor:
+    """A position in queue order: the (priority, created_at, pk) of an item. Keyset
+    pagination neither counts nor skips rows, so the last page costs what the first does."""
+
+    priority: int
+    created_at: datetime
+    id: int
+
+    @classmethod
+    def of(cls, item) -> QueueCursor:
+        return cls(item.priority, item.created_at, item.pk)
+
+    def encode(self) -> str:
+        return f"{self.priority}.{int(self.created_at.timestamp() * 1_000_000)}.{self.id}"
+
+    @classmethod
+    def decode(cls, raw: str | None) -> QueueCursor | None:
+        """The cursor ``raw`` names, or None when it is not one of ours."""
+        try:
+            priority, micros, pk = (raw or "").split(".")
+            moment = datetime.fromtimestamp(int(micros) / 1_000_000, tz=UTC)
+            return cls(int(priority), moment, int(pk))
+        except (ValueError, OverflowError, OSError):
+            return None
+
+    def after(self) -> Q:
+        """Items after this one in queue order."""
+        p, c, pk = self.priority, self.created_at, self.id
+        return (
+            Q(priority__gt=p)
+            | Q(priority=p, created_at__gt=c)
+            | Q(priority=p, created_at=c, pk__gt=pk)
+        )
+
+    def before(self) -> Q:
+        p, c, pk = self.priority, self.created_at, self.id
+        return (
+            Q(priority__lt=p)
+            | Q(priority=p, created_at__lt=c)
+            | Q(priority=p, created_at=c, pk__lt=pk)
+        )
+
+
+@dataclass
+class QueuePage:
+    """One page of the queue. ``count`` is the number of matching items up to
+    ``COUNT_CAP`` (``capped`` when there are more); ``next``/``previous`` are cursors of the
+    neighbouring pages (None at either end); ``first`` and ``last``: this page is one."""
+
+    rows: list
+    count: int
+    capped: bool
+    next: str | None
+    previous: str | None
+
+    @property
+    def first(self) -> bool:
+        return self.previous is None
+
+    @property
+    def last(self) -> bool:
+        return self.next is None
+
+
+def capped_count(qs: QuerySet, cap: int = COUNT_CAP) -> int:
+    """``min(qs.count(), cap + 1)``: counts at most ``cap + 1`` rows (one bounded scan)."""
+    return qs.order_by()[: cap + 1].count()
+
+
+def queue_page(
+    *,
+    project,
+    filters: QueueFilters,
+    user,
+    now=None,
+    after: QueueCursor | None = None,
+    before: QueueCursor | None = None,
+    last: bool = False,
+    size: int | None = None,
+) -> QueuePage:
+    """A page of ``queue_items``: the ``size`` items after ``after``, or before ``before``,
+    or the last ones (``last``), or the first. Each row gets ``n_similar`` (other open items
+    of the project with the same tool and reason) from one grouped query over the page's
+    pairs. Three queries whatever the page or the project's size."""
+    size = size or PAGE_SIZE
+    qs = queue_items(project=project, filters=filters, user=user, now=now)
+    backwards = before is not None or last
+    if after is not None:
+        qs = qs.filter(after.after())
+    elif before is not None:
+        qs = qs.filter(before.before())
+    if backwards:
+        rows = list(qs.reverse()[: size + 1])
+        more_before, more_after = len(rows) > size, before is not None
+        rows = rows[:size][::-1]
+    else:
+        rows = list(qs[: size + 1])
+        more_after, more_before = len(rows) > size, after is not None
+        rows = rows[:size]
+    annotate_rows(project=project, rows=rows)
+    count = capped_count(
+        _apply(project.review_items.all(), filters, user=user, now=now or timezone.now())
+    )
+    return QueuePage(
+        rows=rows,
+        count=min(count, COUNT_CAP),
+        capped=count > COUNT_CAP,
+        next=QueueCursor.of(rows[-1]).encode() if rows and more_after else None,
+        previous=QueueCursor.of(rows[0]).encode() if rows and more_before else None,
+    )
+
+
+def annotate_rows(*, project, rows: list) -> None:
+    """What a page's rows show, in two queries over those rows only: ``n_similar`` (open
+    items of ``project`` with the row's tool and reason, less one) and ``has_absent`` (a
+    reconciliation proved the latest attempt absent). As a correlated subquery in the
+    page's query, the latter was planned as a hashed scan of every tenant's events."""
+    from reviews.models import ReviewItem
+
+    if not rows:
+        return
+    absent = set(
+        absent_reconciliations()
+        .filter(call_id__in=[i.call_id for i in rows])
+        .values_list("call_id", flat=True)
+    )
+    for item in rows:
+        item.has_absent = item.call_id in absent
+    counts = {
+        (r["call__tool_name"], r["reason"]): r["n"]
+        for r in ReviewItem.objects.filter(
+            project=project,
+            status__in=ReviewItem.OPEN_STATUSES,
+            reason__in={i.reason for i in rows},
+            call__tool_name__in={i.call.tool_name for i in rows},
+        )
+        .values("call__tool_name", "reason")
+        .annotate(n=Count("pk"))
+        .order_by()
+    }
+    for item in rows:
+        item.n_similar = counts.get((item.call.tool_name, item.reason), 0) - 1
 
 
 def queue_facets(

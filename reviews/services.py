@@ -513,8 +513,8 @@ QUEUE_APPROVE_NEEDS_CLAIM = (
 def queue_approve_action(item: ReviewItem, *, user=None) -> tuple[str, str]:
     """The queue's one-key approve for a row: (decision, why it is unavailable or "").
     Approving an approval request from the list is a blind write, so it needs the row to be
-    claimed by ``user`` (a live lease) first. Uses ``item.has_absent`` (annotated by
-    ``queue_items``) instead of a query per row."""
+    claimed by ``user`` (a live lease) first. Uses ``item.has_absent`` (set by
+    ``reviews.selectors.annotate_rows`` for a page) instead of a query per row."""
     if not item.is_open:
         return "", "closed"
     if item.kind == ReviewItem.Kind.APPROVAL:
@@ -640,26 +640,87 @@ def review_items_bulk(
 ) -> BulkResult:
     """Apply ``action`` ("reject", "assign", "claim") to ``items`` (a queryset the caller
     built at execution time: explicit ids or a re-applied filter), at most BULK_LIMIT.
-    Each item is its own compare-and-swap; conflicts are counted, not fatal."""
+    Conflicts (items someone else holds or decided) are counted, not fatal.
+
+    Claims and assignments are set-based: one locking read of the actionable items, one
+    UPDATE, one insert of the audit rows, whatever the number of items. Rejections change
+    each call through the core's decision path, one item at a time."""
     if action not in {"reject", "assign", "claim"}:
         raise ReviewError(f"Unknown bulk action {action!r}.")
     if action == "reject" and not (reason or "").strip():
         raise ReviewError("Give a reason for the rejection.")
+    if action == "assign" and assignee is not None:
+        membership = Membership.objects.filter(user=assignee, project=project).first()
+        if membership is None or not membership.has_role(Membership.Role.OPERATOR):
+            raise ReviewError("Items can only be assigned to operators of this project.")
+    chosen = items.filter(project=project)
+    if action in ("claim", "assign"):
+        return _bulk_take(
+            project=project,
+            user=user,
+            ids=list(chosen.values_list("pk", flat=True)[:BULK_LIMIT]),
+            assignee=user if action == "claim" else assignee,
+            action=action,
+        )
     result = BulkResult()
-    for item in items.filter(project=project).select_related("call", "call__contract")[:BULK_LIMIT]:
+    for item in chosen.select_related("call", "call__contract")[:BULK_LIMIT]:
         try:
-            if action == "reject":
-                review_item_decide(item=item, user=user, decision="reject", reason=reason)
-            elif action == "assign":
-                review_item_assign(item=item, user=user, assignee=assignee)
-            else:
-                review_item_claim(item=item, user=user)
+            review_item_decide(item=item, user=user, decision="reject", reason=reason)
             result.done += 1
         except ReviewConflict:
             result.conflicts += 1
         except ReviewError as exc:
             result.errors.append(f"#{item.pk}: {exc}")
     return result
+
+
+def _bulk_take(*, project, user, ids: list[int], assignee, action: str) -> BulkResult:
+    """Claim (``assignee`` is the user) or assign (``assignee`` another operator, or None
+    to unassign) the items ``ids`` that are actionable for ``user`` now, in one transaction:
+    lock them, one UPDATE, one audit insert. The others are conflicts."""
+    now = timezone.now()
+    if assignee is None:
+        values = dict(
+            status=ReviewItem.Status.OPEN, assignee=None, claimed_at=None, lease_expires_at=None
+        )
+    else:
+        values = dict(
+            status=ReviewItem.Status.CLAIMED,
+            assignee=assignee,
+            claimed_at=now,
+            lease_expires_at=now + _lease(),
+        )
+    with transaction.atomic():
+        taken = list(
+            ReviewItem.objects.select_for_update()
+            .filter(pk__in=ids, project=project)
+            .filter(_actionable(user, now))
+            .order_by("pk")
+            .values_list("pk", "status", "assignee_id")
+        )
+        ReviewItem.objects.filter(pk__in=[pk for pk, _s, _a in taken]).update(
+            updated_at=now, **values
+        )
+        audit_action = ReviewAudit.Action.CLAIM if action == "claim" else ReviewAudit.Action.ASSIGN
+        ReviewAudit.objects.bulk_create(
+            [
+                ReviewAudit(
+                    project_id=project.pk,
+                    item_id=pk,
+                    actor=user,
+                    action=audit_action,
+                    state_before=status,
+                    state_after=values["status"],
+                    detail=(
+                        {"previous_assignee": previous} if previous not in (None, user.pk) else {}
+                    )
+                    if action == "claim"
+                    else {"assignee": assignee.get_username() if assignee else None},
+                )
+                for pk, status, previous in taken
+            ]
+        )
+    return BulkResult(done=len(taken), conflicts=len(ids) - len(taken))
 
 
 # --- webhooks ------------------------------------------------------------------------------------

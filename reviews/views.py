@@ -9,9 +9,9 @@ possible. Without htmx, actions redirect back with a message.
 from __future__ import annotations
 
 import csv
+from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -61,10 +61,15 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
         request.GET if request.method == "GET" else request.POST
     )
     now = timezone.now()
-    items = selectors.queue_items(
-        project=request.project, filters=filters, user=request.user, now=now
+    page = selectors.queue_page(
+        project=request.project,
+        filters=filters,
+        user=request.user,
+        now=now,
+        after=selectors.QueueCursor.decode(request.GET.get("after")),
+        before=selectors.QueueCursor.decode(request.GET.get("before")),
+        last=request.GET.get("last") == "1",
     )
-    page = Paginator(items, selectors.PAGE_SIZE).get_page(request.GET.get("page"))
     seen = _parse_seen(request.GET.get("seen"))
     selected = {int(v) for v in request.GET.getlist("ids") if v.isdigit()}
     return {
@@ -73,9 +78,13 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
         "page": page,
         "rows": [
             {"item": i, "new": bool(seen and i.created_at > seen), "selected": i.pk in selected}
-            for i in page
+            for i in page.rows
         ],
         "all_matching": request.GET.get("all_matching") == "1",
+        # the poll reloads the same page
+        "cursor_query": urlencode(
+            {k: request.GET[k] for k in ("after", "before", "last") if request.GET.get(k)}
+        ),
         "facets": {}
         if fragment
         else selectors.queue_facets(
@@ -256,6 +265,7 @@ def _answer_body(request, item: ReviewItem, *, ok: str, error: str, status: int)
         row = selectors.queue_items(
             project=request.project, filters=selectors.QueueFilters(status="all"), user=request.user
         ).get(pk=item.pk)
+        selectors.annotate_rows(project=request.project, rows=[row])
         context = {
             "row": {"item": row, "new": False, "selected": False},
             "now": timezone.now(),

@@ -5,12 +5,15 @@ duplicates. Report queries read it instead of scanning ``ToolCall``.
 How it stays equal to a direct count
 ------------------------------------
 A call's reason, route, attempts and duplicates change after it was created, so a bucket
-(project, hour of ``created_at``) is never "done". ``refresh_rollups`` (every minute, Celery
-beat) finds the buckets of calls whose ``updated_at`` moved since the last run and
-recomputes each touched bucket *whole*: one aggregate over the bucket's calls, then delete
-the bucket's rollup rows and insert the new ones, in one transaction. Recomputing the whole
-bucket (instead of adding deltas) makes the refresh idempotent: running it twice, or on a
-bucket nothing changed in, gives the same rows.
+(project, hour of ``created_at``) is never "done". Every writer of ``ToolCall`` (the ingest
+engine's batch, the services that change a call outside it) marks the buckets of the calls
+it changed in ``RollupDirtyBucket`` (``buckets_touch``), in the same transaction.
+``refresh_rollups`` (every minute, Celery beat) recomputes each marked bucket *whole*: one
+aggregate over the bucket's calls, then delete the bucket's rollup rows and its mark and
+insert the new rows, in one transaction. Recomputing the whole bucket (instead of adding
+deltas) makes the refresh idempotent: running it twice, or on a bucket nothing changed in,
+gives the same rows. No index on ``ToolCall.updated_at`` is needed (it made every call
+update rewrite every index: no HOT updates).
 
 Concurrency
 -----------
@@ -19,18 +22,16 @@ Concurrency
   PostgreSQL; on SQLite every write transaction is already exclusive (``transaction_mode
   IMMEDIATE`` in settings). Without it the second delete would not see the first's freshly
   inserted rows (READ COMMITTED) and its insert would hit the unique constraint.
-- The aggregate runs after the lock is taken, so it sees every call committed before the
-  lock; a call committed later carries an ``updated_at`` at or after the run's start, minus
-  the time its own transaction took. The next run looks back from the previous run's start
-  minus ``OVERLAP`` (longer than any request transaction), so that call's bucket is
-  recomputed again. Every service that changes a ``ToolCall`` must set ``updated_at``.
+- A mark commits with the change it marks. The refresh deletes the mark before its
+  aggregate, in its transaction: a change committed before that is counted; a change still
+  open then marks the bucket again (its insert waits for the refresh's delete to commit, or
+  was invisible to it) and the next run counts it.
 - Readers see either the old or the new rows of a bucket, never a half-written bucket
   (delete and insert commit together).
 
-The watermark (start time of the last successful run) lives in Django's cache: losing it
-(cache flush, another process's local-memory cache) only makes the next run look back
-``FALLBACK_WINDOW`` instead, which is safe because refreshes are idempotent. For anything
-older (a new installation, a purge) run ``manage.py backfill_rollups``.
+``rollups_as_of`` (the start of the last refresh, in Django's cache) tells how fresh the
+rollups are. For anything older (a new installation, an upgrade that added columns, a
+purge) run ``manage.py backfill_rollups``.
 """
 
 from __future__ import annotations
@@ -42,21 +43,18 @@ from datetime import UTC, datetime, timedelta
 from celery import shared_task
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Count, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from callgate.models import CallRollup, ToolCall
+from callgate.models import CallEvent, CallRollup, RollupDirtyBucket, ToolCall
+from callgate.taxonomy import Category
 
 logger = logging.getLogger(__name__)
 
 WATERMARK_KEY = "callgate:rollups:watermark"
 #: Start time of the last full ``rollups_rebuild`` (every project, every bucket).
 REBUILT_KEY = "callgate:rollups:rebuilt"
-#: Look back this much before the previous run's start (longer than any request transaction).
-OVERLAP = timedelta(minutes=2)
-#: Look back this far when there is no watermark (first run, cache flushed).
-FALLBACK_WINDOW = timedelta(hours=2)
 
 Bucket = tuple[int, datetime]  # (project_id, start of the UTC hour)
 
@@ -77,25 +75,58 @@ def _lock_bucket(project_id: int, bucket: datetime) -> None:
             )
 
 
-def bucket_aggregate(*, project_id: int, bucket: datetime) -> list[dict]:
-    """The rollup cells of one bucket computed from ``ToolCall``: dicts with tool_name,
-    agent_id, reason, category, route, calls, attempts, duplicates_suppressed."""
-    rows = (
-        ToolCall.objects.filter(
-            project_id=project_id,
-            created_at__gte=bucket,
-            created_at__lt=bucket + timedelta(hours=1),
-        )
+#: Calls whose outcome is unknown now, or was once (see ``CallRollup``).
+_UNKNOWN_NOW = Q(category__in=[Category.UNKNOWN_OUTCOME, Category.RECONCILIATION])
+#: States in which a call still waits for something (not finished).
+OPEN_STATES = (
+    ToolCall.State.PENDING_APPROVAL,
+    ToolCall.State.ALLOWED,
+    ToolCall.State.RETRY_WAIT,
+    ToolCall.State.RECONCILING,
+    ToolCall.State.IN_REVIEW,
+)
+
+
+def rollup_cells(calls: QuerySet[ToolCall]) -> QuerySet:
+    """The rollup cells of ``calls``, grouped by creation hour (``bucket``), tool, contract,
+    agent, reason, category and route: dicts with every ``CallRollup`` column but the
+    project. One aggregate; "ever unknown" probes each call's events by the timeline index."""
+    ever_unknown = Exists(
+        CallEvent.objects.filter(call_id=OuterRef("pk"), category=Category.UNKNOWN_OUTCOME)
+    )
+    unknown = _UNKNOWN_NOW | Q(ever_unknown=True)
+    return (
+        # ``used``: the call's attempts (the cell's ``attempts`` is their sum, a name clash)
+        calls.alias(ever_unknown=ever_unknown, used=F("attempts"))
+        .annotate(bucket=TruncHour("created_at", tzinfo=UTC))
         # category is a function of the reason (taxonomy), so the groups are the unique cells
-        .values("tool_name", "agent_id", "reason", "category", "route")
+        .values("bucket", "tool_name", "contract_id", "agent_id", "reason", "category", "route")
         .annotate(
             calls=Count("id"),
             attempts=Coalesce(Sum("attempts"), 0),
             duplicates_suppressed=Coalesce(Sum("duplicates_suppressed"), 0),
+            calls_attempts_0=Count("id", filter=Q(used=0)),
+            calls_attempts_1=Count("id", filter=Q(used=1)),
+            calls_attempts_2=Count("id", filter=Q(used=2)),
+            calls_attempts_3=Count("id", filter=Q(used=3)),
+            calls_attempts_4=Count("id", filter=Q(used=4)),
+            calls_attempts_5_plus=Count("id", filter=Q(used__gte=5)),
+            unknown_calls=Count("id", filter=unknown),
+            unknown_decided=Count("id", filter=unknown & Q(decided_at__isnull=False)),
+            unknown_open=Count(
+                "id", filter=unknown & Q(decided_at__isnull=True, state__in=OPEN_STATES)
+            ),
         )
         .order_by()
     )
-    return [dict(row) for row in rows]
+
+
+def bucket_aggregate(*, project_id: int, bucket: datetime) -> list[dict]:
+    """The rollup cells of one bucket computed from ``ToolCall`` (``rollup_cells``)."""
+    calls = ToolCall.objects.filter(
+        project_id=project_id, created_at__gte=bucket, created_at__lt=bucket + timedelta(hours=1)
+    )
+    return [{k: v for k, v in row.items() if k != "bucket"} for row in rollup_cells(calls)]
 
 
 def rollup_bucket_refresh(*, project_id: int, bucket: datetime) -> int:
@@ -104,6 +135,9 @@ def rollup_bucket_refresh(*, project_id: int, bucket: datetime) -> int:
     bucket = hour_floor(bucket)
     with transaction.atomic():
         _lock_bucket(project_id, bucket)
+        # the mark goes with this transaction; one made after the aggregate's snapshot by a
+        # transaction still open waits on this delete and lands after it, for the next run
+        RollupDirtyBucket.objects.filter(project_id=project_id, bucket=bucket).delete()
         cells = bucket_aggregate(project_id=project_id, bucket=bucket)
         CallRollup.objects.filter(project_id=project_id, bucket=bucket).delete()
         CallRollup.objects.bulk_create(
@@ -112,33 +146,41 @@ def rollup_bucket_refresh(*, project_id: int, bucket: datetime) -> int:
     return len(cells)
 
 
-def touched_buckets(*, changed_since: datetime, project_id: int | None = None) -> list[Bucket]:
-    """Distinct (project_id, creation hour) of calls whose ``updated_at`` >= ``changed_since``."""
-    calls = ToolCall.objects.filter(updated_at__gte=changed_since)
+def buckets_touch(calls: Iterable[ToolCall]) -> None:
+    """Mark the (project, creation hour) buckets of ``calls`` for the next refresh: one
+    ``INSERT … ON CONFLICT DO NOTHING``. Call it in the transaction that changes the calls
+    (every writer of ``ToolCall`` does): the mark commits with the change, or neither does."""
+    rows = {(c.project_id, hour_floor(c.created_at)) for c in calls}
+    if rows:
+        RollupDirtyBucket.objects.bulk_create(
+            [RollupDirtyBucket(project_id=pid, bucket=hour) for pid, hour in sorted(rows)],
+            ignore_conflicts=True,
+        )
+
+
+def touched_buckets(*, project_id: int | None = None) -> list[Bucket]:
+    """The buckets marked by ``buckets_touch`` and not refreshed since, oldest first."""
+    rows = RollupDirtyBucket.objects.all()
     if project_id is not None:
-        calls = calls.filter(project_id=project_id)
-    rows = (
-        calls.annotate(hour=TruncHour("created_at", tzinfo=UTC))
-        .values_list("project_id", "hour")
-        .distinct()
-        .order_by("project_id", "hour")
-    )
-    return [(pid, hour_floor(hour)) for pid, hour in rows]
+        rows = rows.filter(project_id=project_id)
+    return [
+        (pid, hour_floor(hour))
+        for pid, hour in rows.order_by("project_id", "bucket").values_list("project_id", "bucket")
+    ]
 
 
 def rollups_refresh_changed(*, now: datetime | None = None) -> dict:
-    """Refresh every bucket touched since the watermark (minus ``OVERLAP``) and move the
-    watermark to this run's start. Returns ``{"buckets": n, "rows": n, "since": datetime}``."""
+    """Refresh every bucket marked by ``buckets_touch`` (each in its own transaction, which
+    also removes the mark: a mark made meanwhile by another transaction survives for the
+    next run) and record this run's start as the rollups' freshness (``rollups_as_of``).
+    Returns ``{"buckets": n, "rows": n}``."""
     started = now or timezone.now()
-    watermark = cache.get(WATERMARK_KEY)
-    since = (watermark - OVERLAP) if watermark else started - FALLBACK_WINDOW
-    buckets = touched_buckets(changed_since=since)
+    buckets = touched_buckets()
     rows = sum(rollup_bucket_refresh(project_id=pid, bucket=hour) for pid, hour in buckets)
-    # only after every bucket is written: a crash before this line repeats the work next time
     previous = cache.get(WATERMARK_KEY)
     if previous is None or previous < started:
         cache.set(WATERMARK_KEY, started, timeout=None)
-    return {"buckets": len(buckets), "rows": rows, "since": since}
+    return {"buckets": len(buckets), "rows": rows}
 
 
 def rollups_as_of() -> datetime | None:

@@ -487,48 +487,71 @@ def report_duplicates(*, project: Project, f: ReportFilters) -> dict:
 # --- reports reading calls directly ------------------------------------------------------
 
 
+#: The rollup columns of calls by attempts used, and their labels.
+ATTEMPT_COLUMNS = {
+    "0": "calls_attempts_0",
+    "1": "calls_attempts_1",
+    "2": "calls_attempts_2",
+    "3": "calls_attempts_3",
+    "4": "calls_attempts_4",
+    "5+": "calls_attempts_5_plus",
+}
+
+
 def report_retries(*, project: Project, f: ReportFilters) -> dict:
     """Calls that met a retryable failure: now transient (waiting to retry), ended
     ``retry_exhausted``, or used more than one attempt. Outcome of those calls and the
     attempts they used. Returns ``{"total", "succeeded", "succeeded_share", "retrying",
     "exhausted", "other", "outcomes": [{"outcome", "calls"}], "attempts": [{"attempts", "calls"}]}``
-    (``attempts`` "5+" groups five and more)."""
-    retried = _calls(project, f).filter(
-        Q(attempts__gte=2) | Q(category=Category.TRANSIENT) | Q(reason=Reason.RETRY_EXHAUSTED)
-    )
-    agg = retried.aggregate(
-        total=Count("id"),
-        succeeded=Count(
-            "id", filter=Q(category__in=GOOD_CATEGORIES) | Q(reason=Reason.RECONCILED_APPLIED)
-        ),
-        retrying=Count("id", filter=Q(category=Category.TRANSIENT)),
-        exhausted=Count("id", filter=Q(reason=Reason.RETRY_EXHAUSTED)),
-    )
-    other = agg["total"] - agg["succeeded"] - agg["retrying"] - agg["exhausted"]
-    attempts: dict[str, int] = {}
-    for n, calls in (
-        retried.values_list("attempts")
-        .annotate(c=Count("id"))
-        .values_list("attempts", "c")
+    (``attempts`` "5+" groups five and more). From the rollups' calls-by-attempts columns:
+    one grouped query over the range's rollup rows."""
+    rows = (
+        _rollups(project, f)
+        .values("category", "reason")
+        .annotate(**{label: Sum(column) for label, column in ATTEMPT_COLUMNS.items()})
         .order_by()
-    ):
-        label = str(n) if n < 5 else "5+"
-        attempts[label] = attempts.get(label, 0) + calls
-    order = ["0", "1", "2", "3", "4", "5+"]
+    )
+    attempts: dict[str, int] = {}
+    total = succeeded = retrying = exhausted = 0
+    for row in rows:
+        whole_cell = (
+            row["category"] == Category.TRANSIENT or row["reason"] == Reason.RETRY_EXHAUSTED
+        )
+        counted = {
+            label: row[label] or 0
+            for label in ATTEMPT_COLUMNS
+            if whole_cell or label not in ("0", "1")
+        }
+        n = sum(counted.values())
+        if not n:
+            continue
+        for label, calls in counted.items():
+            if calls:
+                attempts[label] = attempts.get(label, 0) + calls
+        total += n
+        if row["category"] in GOOD_CATEGORIES or row["reason"] == Reason.RECONCILED_APPLIED:
+            succeeded += n
+        if row["category"] == Category.TRANSIENT:
+            retrying += n
+        if row["reason"] == Reason.RETRY_EXHAUSTED:
+            exhausted += n
+    other = total - succeeded - retrying - exhausted
     return {
-        "total": agg["total"],
-        "succeeded": agg["succeeded"],
-        "succeeded_share": _share(agg["succeeded"], agg["total"]),
-        "retrying": agg["retrying"],
-        "exhausted": agg["exhausted"],
+        "total": total,
+        "succeeded": succeeded,
+        "succeeded_share": _share(succeeded, total),
+        "retrying": retrying,
+        "exhausted": exhausted,
         "other": other,
         "outcomes": [
-            {"outcome": "succeeded", "calls": agg["succeeded"]},
-            {"outcome": "still_retrying", "calls": agg["retrying"]},
-            {"outcome": "retry_exhausted", "calls": agg["exhausted"]},
+            {"outcome": "succeeded", "calls": succeeded},
+            {"outcome": "still_retrying", "calls": retrying},
+            {"outcome": "retry_exhausted", "calls": exhausted},
             {"outcome": "other", "calls": other},
         ],
-        "attempts": [{"attempts": k, "calls": attempts[k]} for k in order if k in attempts],
+        "attempts": [
+            {"attempts": k, "calls": attempts[k]} for k in ATTEMPT_COLUMNS if k in attempts
+        ],
     }
 
 
@@ -537,14 +560,14 @@ def report_unknown_outcomes(*, project: Project, f: ReportFilters) -> dict:
     how each was settled: by a human (a decision was recorded), by reconciliation or a later
     event (finished without a decision), or still open. Returns ``{"total",
     "by_reconciliation", "by_human", "open", "rows": [{"reason", "category", "by_reconciliation",
-    "by_human", "open", "calls"}]}``."""
-    calls = _calls(project, f).filter(metrics.unknown_ever_q())
-    human = Q(decided_at__isnull=False)
-    open_ = Q(decided_at__isnull=True, state__in=OPEN_STATES)
+    "by_human", "open", "calls"}]}``. From the rollups' unknown-outcome columns: one grouped
+    query over this project's rollup rows of the range (no other tenant's rows are read)."""
     rows = (
-        calls.values("reason", "category")
+        _rollups(project, f)
+        .filter(unknown_calls__gt=0)
+        .values("reason", "category")
         .annotate(
-            calls_n=Count("id"), by_human=Count("id", filter=human), open=Count("id", filter=open_)
+            calls_n=Sum("unknown_calls"), by_human=Sum("unknown_decided"), open=Sum("unknown_open")
         )
         .order_by("-calls_n", "reason")
     )
@@ -574,16 +597,17 @@ def report_contracts(*, project: Project, f: ReportFilters) -> dict:
     range) that were argument errors or hallucinations. Returns ``{"rows": [{"tool", "version",
     "contract_id", "lint_score", "lint_findings", "calls", "argument_errors",
     "argument_error_rate", "hallucinations", "hallucination_rate"}]}`` (versions without
-    calls in the range included when no tool filter hides them; rates None without calls)."""
+    calls in the range included when no tool filter hides them; rates None without calls).
+    Counts from the rollups (cells per contract version)."""
     per_contract = {
         r["contract_id"]: r
-        for r in _calls(project, f)
+        for r in _rollups(project, f)
         .filter(contract__isnull=False)
         .values("contract_id")
         .annotate(
-            calls=Count("id"),
-            argument_errors=Count("id", filter=Q(category=Category.ARGUMENT_ERROR)),
-            hallucinations=Count("id", filter=Q(category=Category.HALLUCINATION)),
+            calls_n=Sum("calls"),
+            argument_errors=Coalesce(Sum("calls", filter=Q(category=Category.ARGUMENT_ERROR)), 0),
+            hallucinations=Coalesce(Sum("calls", filter=Q(category=Category.HALLUCINATION)), 0),
         )
         .order_by()
     }
@@ -596,7 +620,7 @@ def report_contracts(*, project: Project, f: ReportFilters) -> dict:
     for c in contracts.only("id", "name", "version", "lint_score", "lint_findings").order_by(
         "name", "-version"
     ):
-        stats = per_contract.get(c.pk, {"calls": 0, "argument_errors": 0, "hallucinations": 0})
+        stats = per_contract.get(c.pk, {"calls_n": 0, "argument_errors": 0, "hallucinations": 0})
         rows.append(
             {
                 "tool": c.name,
@@ -604,11 +628,11 @@ def report_contracts(*, project: Project, f: ReportFilters) -> dict:
                 "contract_id": c.pk,
                 "lint_score": c.lint_score,
                 "lint_findings": len(c.lint_findings or []),
-                "calls": stats["calls"],
+                "calls": stats["calls_n"],
                 "argument_errors": stats["argument_errors"],
-                "argument_error_rate": _share(stats["argument_errors"], stats["calls"]),
+                "argument_error_rate": _share(stats["argument_errors"], stats["calls_n"]),
                 "hallucinations": stats["hallucinations"],
-                "hallucination_rate": _share(stats["hallucinations"], stats["calls"]),
+                "hallucination_rate": _share(stats["hallucinations"], stats["calls_n"]),
             }
         )
     return {"rows": rows}

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from callgate.auth import api_key_issue
 from callgate.models import CallEvent, ToolCall, ToolContract
+from callgate.reports import rollups
 from callgate.taxonomy import TABLE, Reason
 from tests.browser_support import BrowserTestCase
 from tests.factories import FOLLOW_UP, WEATHER, make_event
@@ -90,6 +91,7 @@ def seed(project, agent, n: int = 60) -> list[ToolCall]:
             state_after=call.state,
         )
         calls.append(call)
+    rollups.rollups_rebuild(project_id=project.pk)  # what the refresh does within a minute
     return calls
 
 

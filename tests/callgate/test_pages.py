@@ -5,13 +5,16 @@ from __future__ import annotations
 import hashlib
 import uuid
 from datetime import timedelta
+from unittest import mock
 
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from callgate import selectors
 from callgate.models import AgentTool, ApiKey, CallEvent, Membership, ToolCall, ToolContract
+from callgate.reports import rollups
 from callgate.taxonomy import TABLE, Reason
 from reviews.models import ReviewItem
 from tests.factories import BaseTestCase, make_event, make_user
@@ -125,10 +128,26 @@ class CallsListTests(BaseTestCase):
         for _ in range(3):
             make_call(self.agent, reason="rate_limited")
         make_call(self.agent, reason="unknown_tool")
-        response = self.client.get(self.url + "?category=transient")
+        rollups.rollups_rebuild(project_id=self.project.pk)  # what the counts read
+        make_call(self.other_agent, reason="rate_limited")  # another project's
+        with CaptureQueriesContext(connection) as queries:
+            response = self.client.get(self.url + "?category=transient")
         counts = {c["value"]: c["n"] for c in response.context["category_counts"]}
         assert counts == {"transient": 3, "hallucination": 1}
         assert response.context["total"] == 3
+        assert not [q for q in queries if "COUNT(" in q["sql"] and "callgate_toolcall" in q["sql"]]
+
+    def test_counts_over_filters_the_rollups_lack_stop_at_the_cap(self):
+        for _ in range(4):
+            make_call(self.agent, reason="rate_limited", state=ToolCall.State.RETRY_WAIT)
+        make_call(self.agent, reason="unknown_tool", state=ToolCall.State.REJECTED)
+        response = self.client.get(self.url + "?state=retry_wait")
+        assert {c["value"]: c["n"] for c in response.context["category_counts"]} == {"transient": 4}
+        assert not response.context["capped"]
+        with mock.patch.object(selectors, "COUNT_CAP", 2):
+            response = self.client.get(self.url + "?state=retry_wait")
+        assert response.context["capped"] and response.context["total"] == 3
+        assert "3+</span> matching" in response.content.decode()
 
     def test_it_offers_a_one_click_clear_for_each_filter(self):
         make_call(self.agent, reason="rate_limited")
@@ -345,6 +364,7 @@ class ContractsPageTests(BaseTestCase):
         make_call(self.agent, contract=v2, reason="ok")
         make_call(self.agent, contract=v2, reason="ok")
         make_contract(self.other_project, name="globex_tool")
+        rollups.rollups_rebuild(project_id=self.project.pk)  # the counts read the rollups
         response = self.client.get(reverse("callgate:contracts", args=["acme"]))
         [row] = response.context["rows"]
         assert row["contract"] == v2 and row["versions"] == 2
@@ -406,6 +426,7 @@ class AgentsPageTests(BaseTestCase):
         AgentTool.objects.create(agent=self.agent, name="get_weather")
         make_call(self.agent)
         make_call(self.agent, minutes_ago=60 * 30)
+        rollups.rollups_rebuild(project_id=self.project.pk)  # the page reads the rollups
         self.client.force_login(self.victor)
         response = self.client.get(self.url)
         body = response.content.decode()

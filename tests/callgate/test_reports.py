@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlparse
 from django.apps import apps
 
 from callgate.models import Agent, CallEvent, ToolCall
+from callgate.reports import rollups
 from callgate.reports import selectors as reports
 from callgate.reports.rollups import rollups_rebuild
 from callgate.taxonomy import Reason
@@ -200,6 +201,7 @@ class ReportSelectorsTests(ReportFixture):
             category="unknown_outcome",
             reason="outcome_unknown",
         )
+        rollups.rollups_rebuild(project_id=self.project.pk)  # what the refresh does next
         unknown = reports.report_unknown_outcomes(project=self.project, f=f)
         open_n = self.direct(
             category="unknown_outcome", state__in=reports.OPEN_STATES, decided_at__isnull=True

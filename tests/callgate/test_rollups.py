@@ -14,7 +14,7 @@ from django.db.models import Sum
 from django.test import TransactionTestCase
 from django.utils import timezone
 
-from callgate.models import Agent, CallRollup, ToolCall
+from callgate.models import Agent, CallRollup, RollupDirtyBucket, ToolCall
 from callgate.reports import rollups
 from callgate.reports.selectors import direct_counts
 from callgate.taxonomy import TABLE, Reason
@@ -89,16 +89,18 @@ class RollupsTests(BaseTestCase):
                     duplicates_suppressed=call.duplicates_suppressed + rng.choice([0, 1]),
                     updated_at=changed_at,
                 )
-            make_call(
+                rollups.buckets_touch([call])  # as every writer of calls does
+            late = make_call(
                 project=self.project, agent=self.agent, created_at=changed_at, updated_at=changed_at
             )
+            rollups.buckets_touch([late])
             assert rollup_counts(self.project) != direct_counts(
                 project=self.project, since=since, until=until
             )
 
-            cache.set(rollups.WATERMARK_KEY, now)
             result = rollups.rollups_refresh_changed(now=now + timedelta(minutes=1))
             assert result["buckets"] > 0
+            assert not RollupDirtyBucket.objects.exists()
             assert rollup_counts(self.project) == direct_counts(
                 project=self.project, since=since, until=until
             )
@@ -124,11 +126,37 @@ class RollupsTests(BaseTestCase):
             route="return_receipt",
             updated_at=timezone.now(),
         )
+        rollups.buckets_touch([call])
         rollups.rollups_refresh_changed()
         rows = list(
             CallRollup.objects.values_list("bucket", "reason", "category", "route", "calls")
         )
         assert rows == [(hour, "reconciled_applied", "reconciliation", "return_receipt", 1)]
+
+    def test_ingest_marks_the_buckets_of_the_calls_it_writes(self):
+        from callgate.ingest import events_apply
+        from callgate.schemas import EVENT_ADAPTER
+        from tests.factories import make_event
+
+        proposal = make_event(
+            "proposed",
+            operation_id="op-rollup",
+            format="plain",
+            call={"name": "get_weather", "arguments": {"city": "Oslo"}},
+        )
+        events_apply(
+            project=self.project, agent=self.agent, events=[EVENT_ADAPTER.validate_python(proposal)]
+        )
+        call = ToolCall.objects.get(operation_id="op-rollup")
+        assert list(RollupDirtyBucket.objects.values_list("project_id", "bucket")) == [
+            (self.project.pk, rollups.hour_floor(call.created_at))
+        ]
+        rollups.rollups_refresh_changed()
+        now = timezone.now()
+        assert rollup_counts(self.project) == direct_counts(
+            project=self.project, since=now - timedelta(hours=2), until=now + timedelta(hours=1)
+        )
+        assert not RollupDirtyBucket.objects.exists()
 
     def test_it_skips_buckets_nothing_changed_in(self):
         old = timezone.now() - timedelta(days=2)
@@ -147,7 +175,8 @@ class RollupsTests(BaseTestCase):
         ) == {"c": 1, "a": 2, "d": 1}
 
     def test_it_runs_as_a_celery_task(self):
-        make_call(project=self.project, agent=self.agent, created_at=timezone.now())
+        call = make_call(project=self.project, agent=self.agent, created_at=timezone.now())
+        rollups.buckets_touch([call])
         rollups.refresh_rollups.delay()
         assert CallRollup.objects.get().calls == 1
 

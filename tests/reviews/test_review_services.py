@@ -10,7 +10,7 @@ from callgate.auth import api_key_issue
 from callgate.models import CallEvent, ToolCall
 from reviews import services
 from reviews.models import ReviewAudit, ReviewItem
-from reviews.selectors import QueueFilters, queue_items
+from reviews.selectors import QueueFilters, annotate_rows, queue_items
 from tests.factories import BaseTestCase, make_event
 from tests.reviews.fixtures import add_reconciled, make_call, make_contract, make_item
 
@@ -300,6 +300,48 @@ class ReviewBulkTests(BaseTestCase):
         # items[0] is closed: the CAS finds nothing to change (conflict)
         assert (result.done, result.conflicts) == (2, 1)
 
+    def test_a_bulk_claim_is_set_based_and_counts_conflicts(self):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        def claim_all() -> tuple[services.BulkResult, int]:
+            with CaptureQueriesContext(connection) as queries:
+                result = services.review_items_bulk(
+                    project=self.project,
+                    user=self.alice,
+                    action="claim",
+                    items=queue_items(
+                        project=self.project, filters=QueueFilters(), user=self.alice
+                    ),
+                )
+            return result, len(queries)
+
+        held = make_item(self.project, self.agent)
+        services.review_item_claim(item=held, user=self.bob)  # a live claim of someone else
+        make_item(self.project, self.agent)
+        small, small_count = claim_all()
+        assert (small.done, small.conflicts) == (1, 1)
+        for _ in range(12):
+            make_item(self.project, self.agent)
+        large, large_count = claim_all()  # renews alice's own claim, takes the new ones
+        assert (large.done, large.conflicts) == (13, 1)
+        assert large_count == small_count
+        assert ReviewItem.objects.filter(assignee=self.alice, status="claimed").count() == 13
+        held.refresh_from_db()
+        assert held.assignee_id == self.bob.pk
+        assert ReviewAudit.objects.filter(action="claim", actor=self.alice).count() == 14
+
+    def test_a_bulk_assign_to_a_non_operator_is_refused(self):
+        item = make_item(self.project, self.agent)
+        with self.assertRaisesMessage(services.ReviewError, "only be assigned to operators"):
+            services.review_items_bulk(
+                project=self.project,
+                user=self.alice,
+                action="assign",
+                items=ReviewItem.objects.filter(pk=item.pk),
+                assignee=self.victor,
+            )
+
     def test_it_ignores_items_of_another_project(self):
         foreign = make_item(self.other_project, self.other_agent)
         result = services.review_items_bulk(
@@ -427,6 +469,7 @@ class ApproveRetryGuardFreshnessTests(BaseTestCase):
         row = queue_items(project=self.project, filters=QueueFilters(), user=self.alice).get(
             pk=second.pk
         )
+        annotate_rows(project=self.project, rows=[row])
         assert row.has_absent is False
         assert services.queue_approve_action(row)[1]
         try:
@@ -442,6 +485,7 @@ class ApproveRetryGuardFreshnessTests(BaseTestCase):
         row = queue_items(project=self.project, filters=QueueFilters(), user=self.alice).get(
             pk=second.pk
         )
+        annotate_rows(project=self.project, rows=[row])
         assert row.has_absent is True
 
     def test_it_orders_events_received_at_the_same_instant_by_id(self):

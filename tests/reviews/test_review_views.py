@@ -46,13 +46,42 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         make_item(self.project, self.agent, reason="retry_exhausted", tool="get_weather")
         self.login(self.alice)
         response = self.client.get(self.queue_url("tool=get_weather"))
-        assert response.context["page"].paginator.count == 1
+        assert response.context["page"].count == 1
         facets = dict(response.context["facets"]["tool"])
         assert facets == {
             "create_follow_up": 2,
             "get_weather": 1,
         }  # the tool facet ignores the tool filter
         assert dict(response.context["facets"]["reason"]) == {"retry_exhausted": 1}
+
+    def test_pages_follow_queue_order_by_cursor_and_the_count_is_capped(self):
+        from reviews import selectors
+
+        items = [
+            make_item(self.project, self.agent, reason="outcome_unknown", tool=f"t{i % 3}")
+            for i in range(7)
+        ]
+        expected = sorted(items, key=lambda i: (i.priority, i.created_at, i.pk))
+        self.login(self.alice)
+        seen, query = [], ""
+        with mock.patch.object(selectors, "PAGE_SIZE", 3):
+            while True:
+                page = self.client.get(self.queue_url(query)).context["page"]
+                seen += page.rows
+                if page.next is None:
+                    break
+                query = f"after={page.next}"
+            assert [i.pk for i in seen] == [i.pk for i in expected]
+            last = self.client.get(self.queue_url("last=1")).context["page"]
+            assert [i.pk for i in last.rows] == [i.pk for i in expected[-3:]]
+            back = self.client.get(self.queue_url(f"before={last.previous}")).context["page"]
+            assert [i.pk for i in back.rows] == [i.pk for i in expected[1:4]]
+            with mock.patch.object(selectors, "COUNT_CAP", 5):
+                response = self.client.get(self.queue_url())
+        assert (response.context["page"].count, response.context["page"].capped) == (5, True)
+        assert "5+</span> matching" in response.content.decode()
+        # a cursor that is not ours is ignored: the first page
+        assert self.client.get(self.queue_url("after=x.y")).context["page"].previous is None
 
     def test_it_links_similar_items(self):
         for _ in range(3):
@@ -71,10 +100,8 @@ class ReviewQueuePageTests(ReviewPageTestCase):
             lease_expires_at=lapsed.claimed_at - timedelta(seconds=1)
         )
         self.login(self.alice)
-        me = self.client.get(self.queue_url("assignee=me")).context["page"].object_list
-        unassigned = (
-            self.client.get(self.queue_url("assignee=unassigned")).context["page"].object_list
-        )
+        me = self.client.get(self.queue_url("assignee=me")).context["page"].rows
+        unassigned = self.client.get(self.queue_url("assignee=unassigned")).context["page"].rows
         assert [i.pk for i in me] == [mine.pk]
         assert {i.pk for i in unassigned} == {lapsed.pk, free.pk}
 
@@ -82,8 +109,10 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         for _ in range(55):
             make_item(self.project, self.agent)
         self.login(self.alice)
-        response = self.client.get(self.queue_url("page=2"))
-        assert len(response.context["page"].object_list) == 5
+        first = self.client.get(self.queue_url()).context["page"]
+        response = self.client.get(self.queue_url(f"after={first.next}"))
+        assert len(response.context["page"].rows) == 5
+        assert "Next →" not in response.content.decode()
 
     def test_it_serves_the_table_fragment_marking_new_rows_and_keeping_selection(self):
         old = make_item(self.project, self.agent, age=timedelta(minutes=5))
@@ -181,7 +210,7 @@ class ReviewQueuePageTests(ReviewPageTestCase):
     def test_it_keeps_other_projects_items_out(self):
         make_item(self.other_project, self.other_agent)
         self.login(self.alice)
-        assert self.client.get(self.queue_url()).context["page"].paginator.count == 0
+        assert self.client.get(self.queue_url()).context["page"].count == 0
 
     def test_it_pins_the_query_count_of_the_polled_fragment(self):
         from django.db import connection
@@ -200,9 +229,9 @@ class ReviewQueuePageTests(ReviewPageTestCase):
                 if 'FROM "reviews_reviewitem"' in q["sql"]
                 and 'COUNT(*) AS "__count" FROM "reviews_reviewitem" WHERE' not in q["sql"]
             ]
-            assert len(ours) == 2, (
-                ours
-            )  # the page's count and its rows (the navigation's count is the core's)
+            # the page's rows, its capped count and the "similar" counts of its rows (the
+            # navigation's count is the core's)
+            assert len(ours) == 3, ours
             totals.append(len(queries.captured_queries))
         assert totals[0] == totals[1]
 
