@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -570,7 +571,7 @@ def proposal_reused(project: Project, event: Any) -> bool:
     )
 
 
-def inbox_lag_seconds(project: Project) -> float:
+def inbox_lag_seconds(project: Project, *, now: datetime | None = None) -> float:
     """Inbox lag: how long the project's oldest pending event has waited to be applied, in
     seconds (0.0 when nothing is pending). Rejected rows do not count: they wait for nobody.
     One probe of the ``(project, status, id)`` index: the oldest pending row is the first."""
@@ -582,7 +583,7 @@ def inbox_lag_seconds(project: Project) -> float:
     )
     if oldest is None:
         return 0.0
-    return max((timezone.now() - oldest).total_seconds(), 0.0)
+    return max(((now or timezone.now()) - oldest).total_seconds(), 0.0)
 
 
 def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:

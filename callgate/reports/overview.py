@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from callgate import metrics
+from callgate.inbox import inbox_lag_seconds
 from callgate.models import Project
 from callgate.reports import selectors as reports
 from callgate.reports.selectors import ReportFilters
@@ -125,7 +126,6 @@ def attention(*, project: Project, now: datetime | None = None) -> dict:
         project=project, status__in=ReviewItem.OPEN_STATUSES
     ).select_related("call")
     pending = InboxEvent.objects.filter(project=project, status=InboxEvent.Status.PENDING)
-    oldest_event = pending.order_by("id").values_list("received_at", flat=True).first()
     return {
         "oldest_review": open_items.order_by("created_at", "pk").first(),
         "expiring": list(
@@ -135,7 +135,6 @@ def attention(*, project: Project, now: datetime | None = None) -> dict:
                 approval_expires_at__lte=now + EXPIRY_HORIZON,
             ).order_by("approval_expires_at")[:5]
         ),
-        "inbox_oldest": oldest_event,
-        "inbox_lag_seconds": (now - oldest_event).total_seconds() if oldest_event else 0.0,
+        "inbox_lag_seconds": inbox_lag_seconds(project, now=now),
         "inbox_pending": pending.count(),
     }
