@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from pydantic import ValidationError
 
-from callgate import metrics, selectors, services
+from callgate import labels, metrics, selectors, services
 from callgate.access import Role, project_view, user_projects
 from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, ToolCall
@@ -172,8 +172,8 @@ def _chips(params: QueryDict, *, filters: CallFilters, agents: dict[int, str]) -
             value = metrics.CATEGORY_SETS.get(filters.category) or Category(filters.category).label
         elif name == "tool" and raw == metrics.NO_TOOL:
             value = "(no tool name)"
-        elif name == "state" and filters.state:
-            value = ToolCall.State(filters.state).label
+        elif name in ("state", "reason", "route"):  # words for people, the slug in the URL
+            value = labels.label(raw, name)
         label = {
             "q": "operation ID",
             "tool": "tool",

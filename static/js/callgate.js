@@ -94,14 +94,16 @@
     return "";
   }
   // <time datetime="…" data-local>: the local clock time today ("07:54:59"; with
-  // data-local="minutes" "07:54"), with the date
+  // data-local="minutes", for window bounds, "29 Nov, 07:54" whatever the day), with the date
   // on any other day ("29 Nov, 07:54:59"; the year too when it is not this year), so a
   // timeline spanning midnight reads in order. The exact UTC time is on hover.
   const clock = { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" };
   function localTime(date, minutes) {
     const now = new Date();
     const shown = minutes ? { hour: "2-digit", minute: "2-digit", hourCycle: "h23" } : clock;
-    if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString([], shown);
+    // window bounds (minutes) always carry their date: "29 Nov, 21:00 – 30 Nov, 22:00"
+    if (!minutes && date.toDateString() === now.toDateString())
+      return date.toLocaleTimeString([], shown);
     const day = { month: "short", day: "numeric", ...shown };
     if (date.getFullYear() !== now.getFullYear()) day.year = "numeric";
     return date.toLocaleString([], day);

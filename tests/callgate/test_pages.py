@@ -155,6 +155,9 @@ class CallsListTests(BaseTestCase):
         chips = {chip["name"]: chip["clear_query"] for chip in response.context["chips"]}
         assert chips == {"reason": "tool=get_weather", "tool": "reason=rate_limited"}
         assert b'href="/p/acme/calls/?tool=get_weather"' in response.content
+        # a chip reads in words; the slug stays in the URL
+        values = {chip["name"]: chip["value"] for chip in response.context["chips"]}
+        assert values["reason"] == "Rate limited"
 
     def test_it_paginates_with_cursors(self):
         calls = [make_call(self.agent, minutes_ago=i) for i in range(120)]

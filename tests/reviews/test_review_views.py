@@ -53,6 +53,9 @@ class ReviewQueuePageTests(ReviewPageTestCase):
             "get_weather": 1,
         }  # the tool facet ignores the tool filter
         assert dict(response.context["facets"]["reason"]) == {"retry_exhausted": 1}
+        # the active filter's chip reads in words; the slug stays in the URL
+        response = self.client.get(self.queue_url("reason=retry_exhausted"))
+        assert "reason: Retries exhausted ✕" in response.content.decode()
 
     def test_pages_follow_queue_order_by_cursor_and_the_count_is_capped(self):
         from reviews import selectors
