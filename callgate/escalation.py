@@ -54,6 +54,19 @@ def webhook_outbox_add(*, item: ReviewItem, call: ToolCall) -> None:
         enqueue_on_commit("reviews.tasks.webhook_deliver", str(row.delivery_id))
 
 
+def _new_item(call: ToolCall, kind: str) -> ReviewItem:
+    """An unsaved open item for ``call``: its reason, the reason's priority, and for an
+    approval the call's approval timeout."""
+    return ReviewItem(
+        project_id=call.project_id,
+        call=call,
+        kind=kind,
+        reason=call.reason,
+        priority=PRIORITY_BY_REASON.get(call.reason, 2),
+        approval_expires_at=call.approval_expires_at if kind == ReviewItem.Kind.APPROVAL else None,
+    )
+
+
 def review_item_open(*, call: ToolCall, kind: str = ReviewItem.Kind.ESCALATION) -> ReviewItem:
     """Open an item for ``call`` unless one is open already (at most one per call)."""
     return _open_one(call=call, kind=kind)
@@ -65,16 +78,8 @@ def _open_one(*, call: ToolCall, kind: str) -> ReviewItem:
         return existing
     try:
         with transaction.atomic():
-            item = ReviewItem.objects.create(
-                project_id=call.project_id,
-                call=call,
-                kind=kind,
-                reason=call.reason,
-                priority=PRIORITY_BY_REASON.get(call.reason, 2),
-                approval_expires_at=call.approval_expires_at
-                if kind == ReviewItem.Kind.APPROVAL
-                else None,
-            )
+            item = _new_item(call, kind)
+            item.save()
             _audit(
                 item=item,
                 action=ReviewAudit.Action.OPENED,
@@ -114,20 +119,7 @@ def review_items_open_bulk(*, calls: list[tuple[ToolCall, str]]) -> list[ReviewI
             call__in=[c for c, _ in calls], status__in=ReviewItem.OPEN_STATUSES
         )
     }
-    new = [
-        ReviewItem(
-            project_id=call.project_id,
-            call=call,
-            kind=kind,
-            reason=call.reason,
-            priority=PRIORITY_BY_REASON.get(call.reason, 2),
-            approval_expires_at=call.approval_expires_at
-            if kind == ReviewItem.Kind.APPROVAL
-            else None,
-        )
-        for call, kind in calls
-        if call.pk not in existing
-    ]
+    new = [_new_item(call, kind) for call, kind in calls if call.pk not in existing]
     if not new:
         return list(existing.values())
     try:

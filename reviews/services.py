@@ -108,6 +108,20 @@ def _audit(
     )
 
 
+def _claim_values(assignee, now) -> dict:
+    """The item fields of a claim by ``assignee`` (a lease from ``now``), or of an unassign."""
+    if assignee is None:
+        return dict(
+            status=ReviewItem.Status.OPEN, assignee=None, claimed_at=None, lease_expires_at=None
+        )
+    return dict(
+        status=ReviewItem.Status.CLAIMED,
+        assignee=assignee,
+        claimed_at=now,
+        lease_expires_at=now + _lease(),
+    )
+
+
 def _conflict(item: ReviewItem, user, verb: str) -> ReviewConflict:
     fresh = ReviewItem.objects.select_related("assignee", "resolved_by").get(pk=item.pk)
     if (
@@ -225,17 +239,7 @@ def review_item_assign(*, item: ReviewItem, user, assignee) -> ReviewItem:
             raise ReviewError(no_such_operator(assignee.get_username()))
     now = timezone.now()
     with transaction.atomic():
-        if assignee is None:
-            values = dict(
-                status=ReviewItem.Status.OPEN, assignee=None, claimed_at=None, lease_expires_at=None
-            )
-        else:
-            values = dict(
-                status=ReviewItem.Status.CLAIMED,
-                assignee=assignee,
-                claimed_at=now,
-                lease_expires_at=now + _lease(),
-            )
+        values = _claim_values(assignee, now)
         won = (
             ReviewItem.objects.filter(pk=item.pk)
             .filter(_actionable(user, now))
@@ -679,17 +683,7 @@ def _bulk_take(*, project, user, ids: list[int], assignee, action: str) -> BulkR
     to unassign) the items ``ids`` that are actionable for ``user`` now, in one transaction:
     lock them, one UPDATE, one audit insert. The others are conflicts."""
     now = timezone.now()
-    if assignee is None:
-        values = dict(
-            status=ReviewItem.Status.OPEN, assignee=None, claimed_at=None, lease_expires_at=None
-        )
-    else:
-        values = dict(
-            status=ReviewItem.Status.CLAIMED,
-            assignee=assignee,
-            claimed_at=now,
-            lease_expires_at=now + _lease(),
-        )
+    values = _claim_values(assignee, now)
     with transaction.atomic():
         taken = list(
             ReviewItem.objects.select_for_update()
