@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
 import threading
 import time
 import uuid
@@ -151,7 +152,9 @@ def events_receive(
 
 
 #: Tries of one batch's inbox insert when PostgreSQL picks it as a deadlock's victim.
-INSERT_ATTEMPTS = 3
+INSERT_ATTEMPTS = 5
+#: seconds: the base of the full-jitter backoff between those tries
+INSERT_BACKOFF = 0.02
 
 
 def _inbox_insert(
@@ -167,8 +170,9 @@ def _inbox_insert(
     it skipped, and this is the ingest hot path.
 
     Two batches holding the same event IDs in different orders can deadlock on each other's
-    rows (PostgreSQL aborts one, ``DeadlockDetected``); the aborted one is tried again, up to
-    ``INSERT_ATTEMPTS`` times, and then finds the other's rows stored (duplicates)."""
+    rows (PostgreSQL aborts one, ``DeadlockDetected``); the aborted one is tried again after
+    a full-jitter backoff, up to ``INSERT_ATTEMPTS`` times, and then finds the other's rows
+    stored (duplicates)."""
     for attempt in range(1, INSERT_ATTEMPTS + 1):
         try:
             with transaction.atomic():
@@ -203,6 +207,9 @@ def _inbox_insert(
                 project.pk,
                 attempt,
             )
+            # full-jitter backoff, so that the batch that won finishes before this one goes
+            # again (an immediate retry can meet it half-way once more)
+            time.sleep(random.uniform(0, INSERT_BACKOFF * 2**attempt))
     raise AssertionError("unreachable")
 
 
