@@ -29,18 +29,32 @@ PRIORITY_BY_REASON = {
 }
 
 
-def _audit(
-    *, item: ReviewItem, action: str, before: str, after: str, reason: str, call_after: str
-) -> None:
-    ReviewAudit.objects.create(
+def review_audit(
+    *,
+    item: ReviewItem,
+    actor=None,
+    action: str,
+    before: str,
+    after: str,
+    reason: str = "",
+    override: bool = False,
+    call_before: str = "",
+    call_after: str = "",
+    detail: dict | None = None,
+) -> ReviewAudit:
+    """One row of a review item's audit trail (``actor`` None: callgate itself)."""
+    return ReviewAudit.objects.create(
         project_id=item.project_id,
         item=item,
-        actor=None,
+        actor=actor,
         action=action,
         state_before=before,
         state_after=after,
         reason=reason,
+        override=override,
+        call_state_before=call_before,
         call_state_after=call_after,
+        detail=detail or {},
     )
 
 
@@ -80,7 +94,7 @@ def _open_one(*, call: ToolCall, kind: str) -> ReviewItem:
         with transaction.atomic():
             item = _new_item(call, kind)
             item.save()
-            _audit(
+            review_audit(
                 item=item,
                 action=ReviewAudit.Action.OPENED,
                 before="",

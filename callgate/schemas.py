@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from callgate.timeparse import RFC3339
+from callgate_sdk.models import Verdict
 from callgate_sdk.wire import pointer_problem
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
@@ -316,17 +317,7 @@ class CallAnswer(BaseModel):
         "client",
         description="provider: the model's provider ran the call itself (recorded, never gated).",
     )
-    verdict: Literal[
-        "allow",
-        "reask",
-        "deny",
-        "retry",
-        "reconcile",
-        "return_receipt",
-        "pending_approval",
-        "review",
-        "stop",
-    ]
+    verdict: Verdict
     state: str
     reason: str | None = Field(
         description="Taxonomy reason; null while a call is allowed and nothing is known yet."

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from callgate import services as core_services
 from callgate.celery import enqueue_on_commit
-from callgate.escalation import webhook_outbox_add
+from callgate.escalation import review_audit, webhook_outbox_add
 from callgate.lifecycle import IllegalTransition
 from callgate.models import Membership, ToolCall, ToolContract
 from callgate.prometheus import WEBHOOK_ATTEMPTS
@@ -78,34 +78,6 @@ class ReviewConflict(ReviewError):
 
 def _lease() -> timedelta:
     return timedelta(seconds=settings.CALLGATE_REVIEW_CLAIM_LEASE)
-
-
-def _audit(
-    *,
-    item: ReviewItem,
-    actor,
-    action: str,
-    before: str,
-    after: str,
-    reason: str = "",
-    override: bool = False,
-    call_before: str = "",
-    call_after: str = "",
-    detail: dict | None = None,
-) -> ReviewAudit:
-    return ReviewAudit.objects.create(
-        project_id=item.project_id,
-        item=item,
-        actor=actor,
-        action=action,
-        state_before=before,
-        state_after=after,
-        reason=reason,
-        override=override,
-        call_state_before=call_before,
-        call_state_after=call_after,
-        detail=detail or {},
-    )
 
 
 def _claim_values(assignee, now) -> dict:
@@ -170,7 +142,7 @@ def review_item_claim(*, item: ReviewItem, user) -> ReviewItem:
         )
         if not won:
             raise _conflict(item, user, "claim")
-        _audit(
+        review_audit(
             item=item,
             actor=user,
             action=ReviewAudit.Action.CLAIM,
@@ -190,16 +162,10 @@ def review_item_release(*, item: ReviewItem, user) -> ReviewItem:
     with transaction.atomic():
         won = ReviewItem.objects.filter(
             pk=item.pk, status=ReviewItem.Status.CLAIMED, assignee=user
-        ).update(
-            status=ReviewItem.Status.OPEN,
-            assignee=None,
-            claimed_at=None,
-            lease_expires_at=None,
-            updated_at=now,
-        )
+        ).update(**_claim_values(None, now), updated_at=now)
         if not won:
             raise _conflict(item, user, "release")
-        _audit(
+        review_audit(
             item=item,
             actor=user,
             action=ReviewAudit.Action.RELEASE,
@@ -247,7 +213,7 @@ def review_item_assign(*, item: ReviewItem, user, assignee) -> ReviewItem:
         )
         if not won:
             raise _conflict(item, user, "assign")
-        _audit(
+        review_audit(
             item=item,
             actor=user,
             action=ReviewAudit.Action.ASSIGN,
@@ -269,16 +235,10 @@ def review_leases_lapse(*, now=None) -> int:
         with transaction.atomic():
             won = ReviewItem.objects.filter(
                 pk=item.pk, status=ReviewItem.Status.CLAIMED, lease_expires_at__lte=now
-            ).update(
-                status=ReviewItem.Status.OPEN,
-                assignee=None,
-                claimed_at=None,
-                lease_expires_at=None,
-                updated_at=now,
-            )
+            ).update(**_claim_values(None, now), updated_at=now)
             if won:
                 lapsed += 1
-                _audit(
+                review_audit(
                     item=item,
                     actor=None,
                     action=ReviewAudit.Action.LEASE_LAPSED,
@@ -309,7 +269,7 @@ def review_item_comment(*, item: ReviewItem, user, text: str) -> ReviewAudit:
     now = timezone.now()
     with transaction.atomic():
         _touch_lease(item, user, now)
-        return _audit(
+        return review_audit(
             item=item,
             actor=user,
             action=ReviewAudit.Action.COMMENT,
@@ -347,7 +307,7 @@ def review_item_reconcile(*, item: ReviewItem, user) -> ReviewAudit:
     call_pk = item.call_id
     with transaction.atomic():
         _touch_lease(item, user, now)
-        row = _audit(
+        row = review_audit(
             item=item,
             actor=user,
             action=ReviewAudit.Action.RECONCILE,
@@ -381,7 +341,7 @@ def review_item_extend(*, item: ReviewItem, user, seconds: int) -> ReviewItem:
             raise _conflict(item, user, "extend the timeout")
         core_services.call_approval_extend(call=item.call, expires_at=new_expiry)
         _touch_lease(item, user, now)
-        _audit(
+        review_audit(
             item=item,
             actor=user,
             action=ReviewAudit.Action.EXTEND,
@@ -424,7 +384,7 @@ def review_items_expire(*, now=None) -> int:
                     continue
                 call_before = item.call.state
                 call = core_services.call_approval_expired(call=item.call)
-                _audit(
+                review_audit(
                     item=item,
                     actor=None,
                     action=ReviewAudit.Action.EXPIRED,
@@ -605,7 +565,7 @@ def review_item_decide(
             call = core_services.call_apply_decision(
                 call=call, decision=decision, reason=reason, user=user
             )
-            _audit(
+            review_audit(
                 item=item,
                 actor=user,
                 action=DECISIONS[decision],

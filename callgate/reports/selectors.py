@@ -39,13 +39,6 @@ DEFAULT_RANGE = timedelta(days=7)
 
 #: Categories that mean "nothing went wrong" (``callgate.metrics``).
 GOOD_CATEGORIES = metrics.GOOD_CATEGORIES
-OPEN_STATES = (
-    ToolCall.State.PENDING_APPROVAL,
-    ToolCall.State.ALLOWED,
-    ToolCall.State.RETRY_WAIT,
-    ToolCall.State.RECONCILING,
-    ToolCall.State.IN_REVIEW,
-)
 CATEGORY_ORDER = [c.value for c in Category]
 REASON_ORDER = [r.value for r in Reason]
 

@@ -204,10 +204,10 @@ class ReportSelectorsTests(ReportFixture):
         rollups.rollups_rebuild(project_id=self.project.pk)  # what the refresh does next
         unknown = reports.report_unknown_outcomes(project=self.project, f=f)
         open_n = self.direct(
-            category="unknown_outcome", state__in=reports.OPEN_STATES, decided_at__isnull=True
+            category="unknown_outcome", state__in=rollups.OPEN_STATES, decided_at__isnull=True
         ).count()
         open_n += self.direct(
-            category="reconciliation", state__in=reports.OPEN_STATES, decided_at__isnull=True
+            category="reconciliation", state__in=rollups.OPEN_STATES, decided_at__isnull=True
         ).count()
         assert unknown["by_human"] == 1
         assert unknown["open"] == open_n
