@@ -1141,6 +1141,15 @@ def classify_approval_expired(*, contract_name: str) -> Verdict:
     )
 
 
+def classify_deadline_passed(*, contract_name: str) -> Verdict:
+    """A call still waiting to retry when its retry deadline passed: ``retry_exhausted``."""
+    return verdict(
+        R.RETRY_EXHAUSTED,
+        f"{contract_name} could not be completed before its deadline. Do not call it again; "
+        "an operator will review it.",
+    )
+
+
 # --- observation texts --------------------------------------------------------------------
 
 

@@ -47,11 +47,13 @@ from callgate.reports.rollups import buckets_touch
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,
+    DeadlinePassedEvent,
     DecisionEvent,
     DeniedEvent,
     ProposedEvent,
     ReceiptEvent,
     ReconciledEvent,
+    ReconcileFailedEvent,
     TurnEvent,
 )
 from callgate.taxonomy import REASK_REASONS, REFUSALS, STICKY_REASONS, Reason, Route
@@ -221,6 +223,23 @@ class _TurnPart:
 
 #: Width of the stored tool-name columns: a longer (unknown) name is kept truncated.
 TOOL_NAME_LENGTH = ToolCall._meta.get_field("tool_name").max_length
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """What an event handler of ``_Batch`` decided. ``result`` None: the event may not
+    settle the call (an agent's word where only an operator's counts), recorded as
+    information. ``settles`` False: recorded with its verdict, the call keeps its state.
+    ``body``/``kind``: what is stored, when not the event itself."""
+
+    result: cls.Verdict | None
+    settles: bool = True
+    body: dict | None = None
+    kind: str | None = None
+
+
+def _name(call: ToolCall) -> str:
+    return call.tool_name or "the tool"
 
 
 def _budget_key(request_id: str | None, tool: str | None) -> tuple[str, str] | None:
@@ -420,107 +439,154 @@ class _Batch:
                 self._proposed(part, each, body=body, turn=True)
 
     def _call_event(self, event: Any) -> ToolCall:
+        """Move the call ``event`` names through the one transition table: check that the
+        call's state allows the event, let the handler for its type (``_ON``) classify it
+        and update the call's own fields, then set the state that follows from the verdict
+        (``lifecycle.next_state``) and record the event."""
         call = self._find(event)
         state_before = call.state
-        if isinstance(event, DecisionEvent):
-            lifecycle.check(call.state, "decision", decision=event.decision)
-        else:
-            lifecycle.check(call.state, event.type)
+        lifecycle.check(call.state, event.type, decision=getattr(event, "decision", None))
+        step = self._ON[event.type](self, call, event)
+        if step.result is None:
+            return self._information(call, event, state_before)
+        if step.settles:
+            new_state = lifecycle.next_state(
+                call.state, event.type, step.result, executed=call.attempts > 0
+            )
+            self._set(call, step.result, new_state)
+        return self._record(
+            call,
+            event,
+            step.result,
+            state_before,
+            change=step.settles,
+            body=step.body,
+            kind=step.kind,
+        )
+
+    # one handler per event type: classify, update the call's own fields, say the step
+
+    def _on_attempt(self, call: ToolCall, event: AttemptEvent) -> _Step:
         contract = call.contract
-        name = call.tool_name or "the tool"
-        executed = call.attempts > 0
-        if isinstance(event, AttemptEvent):
-            attempts = max(call.attempts + 1, event.attempt or 0)
-            attempt = cls.Attempt(
-                sent=event.sent,
-                outcome=event.outcome,
-                http_status=event.http_status,
-                error=event.error,
-                result=event.result,
-                result_count=event.result_count,
-                result_format=event.result_format,
-                jsonrpc_error=event.jsonrpc_error.model_dump() if event.jsonrpc_error else None,
+        attempts = max(call.attempts + 1, event.attempt or 0)
+        attempt = cls.Attempt(
+            sent=event.sent,
+            outcome=event.outcome,
+            http_status=event.http_status,
+            error=event.error,
+            result=event.result,
+            result_count=event.result_count,
+            result_format=event.result_format,
+            jsonrpc_error=event.jsonrpc_error.model_dump() if event.jsonrpc_error else None,
+        )
+        view = contract_view(contract) if contract else _no_contract_view(_name(call))
+        result = cls.classify_attempt(
+            attempt,
+            contract=view,
+            attempts_used=attempts,
+            deadline_passed=bool(call.deadline and event.occurred_at > call.deadline),
+            tool_names=self.tools,
+            gate_passed=call.state != S.REJECTED,
+        )
+        call.attempts = attempts
+        if call.state == S.SUCCEEDED:  # a late or out-of-order attempt: recorded, changes nothing
+            return _Step(result, settles=False)
+        result = self._spend_reask(call, result, view)
+        if result.route == Route.PROCEED:
+            call.receipt = redact(event.result, contract.sensitive_fields if contract else ())
+            call.receipt_at = self.now
+        return _Step(result)
+
+    def _on_reconciled(self, call: ToolCall, event: ReconciledEvent) -> _Step:
+        contract = call.contract
+        if contract is None:
+            raise Rejected(
+                "type", "this call was refused at the gate; there is nothing to reconcile"
             )
-            view = contract_view(contract) if contract else _no_contract_view(name)
-            result = cls.classify_attempt(
-                attempt,
-                contract=view,
-                attempts_used=attempts,
-                deadline_passed=bool(call.deadline and event.occurred_at > call.deadline),
-                tool_names=self.tools,
-                gate_passed=state_before != S.REJECTED,
-            )
-            if call.state != S.SUCCEEDED:
-                result = self._spend_reask(call, result, view)
-            call.attempts = attempts
-            executed = True
-            if (
-                call.state == S.SUCCEEDED
-            ):  # a late or out-of-order attempt: recorded, changes nothing
-                return self._record(call, event, result, state_before, change=False)
-            if result.route == Route.PROCEED:
-                call.receipt, call.receipt_at = (
-                    redact(event.result, contract.sensitive_fields if contract else ()),
-                    self.now,
-                )
-        elif isinstance(event, ReconciledEvent):
-            if contract is None:
-                raise Rejected(
-                    "type", "this call was refused at the gate; there is nothing to reconcile"
-                )
-            if not self._may_settle(contract):
-                return self._information(call, event, state_before)
-            result = cls.classify_reconciled(
-                found=event.found,
-                matches=event.matches,
-                contract=contract_view(contract),
-                attempts_used=call.attempts,
-                deadline_passed=bool(call.deadline and self.now > call.deadline),
-            )
-            if call.state == S.SUCCEEDED or (
-                call.state == S.FAILED and result.reason != Reason.RECONCILED_APPLIED
-            ):
-                return self._record(call, event, result, state_before, change=False)
-            if result.reason == Reason.RECONCILED_APPLIED:
-                call.receipt = (
-                    event.receipt
-                    if event.receipt is not None
-                    else call.receipt or {"reconciled": True}
-                )
-                call.receipt_at = self.now
-        elif isinstance(event, ReceiptEvent):
-            if not self._may_settle(contract):
-                return self._information(call, event, state_before)
-            result = cls.classify_receipt(contract_name=name)
-            if call.state == S.SUCCEEDED:
-                return self._record(call, event, result, state_before, change=False)
-            call.receipt, call.receipt_at = event.result, self.now
-        elif isinstance(event, DeniedEvent):
-            result = cls.classify_denied(contract_name=name)
-        elif isinstance(event, DecisionEvent):
-            result = cls.classify_decision(
-                decision=event.decision,
-                reason=event.reason,
-                contract_name=name,
-                current=Reason(call.reason) if call.reason else None,
-                idempotent=bool(contract and contract.idempotent),
-            )
-            call.decision, call.decision_reason, call.decided_at = (
-                event.decision,
-                event.reason,
-                self.now,
-            )
-            call.decided_by = self.user
-            if event.decision == "mark_applied":
-                call.receipt = call.receipt or {"marked_applied": True}
-                call.receipt_at = self.now
-        elif isinstance(event, ApprovalExpiredEvent):
-            result = cls.classify_approval_expired(contract_name=name)
-        else:  # pragma: no cover - the schema's union is closed
-            raise Rejected("type", f"unknown event type {event.type!r}")
-        new_state = lifecycle.next_state(call.state, event.type, result, executed=executed)
-        self._set(call, result, new_state)
-        return self._record(call, event, result, state_before)
+        if not self._may_settle(contract):
+            return _Step(None)
+        result = cls.classify_reconciled(
+            found=event.found,
+            matches=event.matches,
+            contract=contract_view(contract),
+            attempts_used=call.attempts,
+            deadline_passed=bool(call.deadline and self.now > call.deadline),
+        )
+        if call.state == S.SUCCEEDED or (
+            call.state == S.FAILED and result.reason != Reason.RECONCILED_APPLIED
+        ):
+            return _Step(result, settles=False)
+        if result.reason == Reason.RECONCILED_APPLIED:
+            if event.receipt is not None:
+                call.receipt = event.receipt
+            else:
+                call.receipt = call.receipt or {"reconciled": True}
+            call.receipt_at = self.now
+        return _Step(result)
+
+    def _on_reconcile_failed(self, call: ToolCall, event: ReconcileFailedEvent) -> _Step:
+        """The look-up could not tell: a call still ``reconciling`` goes to review with its
+        reason kept; one already in review (an operator's "reconcile now") keeps its state and
+        gets the event, so the item page shows the result. Stored as a ``reconciled`` event
+        with ``found`` null."""
+        kept = cls.Verdict(
+            reason=Reason(call.reason) if call.reason else None,
+            route=Route.REVIEW,
+            observation=call.observation,
+        )
+        body = {"type": "reconciled", "found": None, "detail": event.detail}
+        return _Step(
+            kept, settles=call.state == S.RECONCILING, body=body, kind=CallEvent.Kind.RECONCILED
+        )
+
+    def _on_receipt(self, call: ToolCall, event: ReceiptEvent) -> _Step:
+        if not self._may_settle(call.contract):
+            return _Step(None)
+        result = cls.classify_receipt(contract_name=_name(call))
+        if call.state == S.SUCCEEDED:
+            return _Step(result, settles=False)
+        call.receipt, call.receipt_at = event.result, self.now
+        return _Step(result)
+
+    def _on_denied(self, call: ToolCall, event: DeniedEvent) -> _Step:
+        return _Step(cls.classify_denied(contract_name=_name(call)))
+
+    def _on_decision(self, call: ToolCall, event: DecisionEvent) -> _Step:
+        contract = call.contract
+        result = cls.classify_decision(
+            decision=event.decision,
+            reason=event.reason,
+            contract_name=_name(call),
+            current=Reason(call.reason) if call.reason else None,
+            idempotent=bool(contract and contract.idempotent),
+        )
+        call.decision, call.decision_reason = event.decision, event.reason
+        call.decided_at, call.decided_by = self.now, self.user
+        if event.decision == "mark_applied":
+            call.receipt = call.receipt or {"marked_applied": True}
+            call.receipt_at = self.now
+        return _Step(result)
+
+    def _on_approval_expired(self, call: ToolCall, event: ApprovalExpiredEvent) -> _Step:
+        return _Step(cls.classify_approval_expired(contract_name=_name(call)))
+
+    def _on_deadline_passed(self, call: ToolCall, event: DeadlinePassedEvent) -> _Step:
+        body = {
+            "type": "deadline_passed",
+            "deadline": call.deadline.isoformat() if call.deadline else None,
+        }
+        return _Step(cls.classify_deadline_passed(contract_name=_name(call)), body=body)
+
+    _ON = {
+        "attempt": _on_attempt,
+        "reconciled": _on_reconciled,
+        "reconcile_failed": _on_reconcile_failed,
+        "receipt": _on_receipt,
+        "denied": _on_denied,
+        "decision": _on_decision,
+        "approval_expired": _on_approval_expired,
+        "deadline_passed": _on_deadline_passed,
+    }
 
     def _may_settle(self, contract: ToolContract | None) -> bool:
         """Whether this batch's ``reconciled`` or ``receipt`` event may settle a call: from
@@ -843,6 +909,7 @@ class _Batch:
         *,
         change: bool = True,
         body: dict | None = None,
+        kind: str | None = None,
         information: bool = False,
     ) -> ToolCall:
         if change or call.operation_id not in self.new_ids:
@@ -874,7 +941,7 @@ class _Batch:
                 CallEvent(
                     project=self.project,
                     event_id=event.event_id,
-                    kind=event.type,
+                    kind=kind or event.type,
                     source=self.source,
                     body=body,
                     occurred_at=event.occurred_at,

@@ -41,9 +41,16 @@ class IllegalTransition(Exception):
 ALLOWED_EVENTS: dict[str | None, frozenset[str]] = {
     None: frozenset({"proposed"}),
     S.ALLOWED: frozenset({"proposed", "attempt", "denied", "receipt"}),
-    S.RETRY_WAIT: frozenset({"proposed", "attempt", "denied", "receipt", "decision"}),
-    S.RECONCILING: frozenset({"proposed", "attempt", "reconciled", "receipt", "decision"}),
-    S.IN_REVIEW: frozenset({"proposed", "attempt", "reconciled", "receipt", "decision"}),
+    # callgate's own events: the deadline sweep, and a look-up that could not tell
+    S.RETRY_WAIT: frozenset(
+        {"proposed", "attempt", "denied", "receipt", "decision", "deadline_passed"}
+    ),
+    S.RECONCILING: frozenset(
+        {"proposed", "attempt", "reconciled", "reconcile_failed", "receipt", "decision"}
+    ),
+    S.IN_REVIEW: frozenset(
+        {"proposed", "attempt", "reconciled", "reconcile_failed", "receipt", "decision"}
+    ),
     S.PENDING_APPROVAL: frozenset({"proposed", "decision", "approval_expired"}),
     # settled states: a re-proposal is a duplicate; late receipts and look-ups are recorded
     S.SUCCEEDED: frozenset({"proposed", "receipt", "reconciled", "attempt"}),

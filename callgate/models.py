@@ -324,6 +324,7 @@ class CallEvent(models.Model):
         RECEIPT = "receipt", "Receipt"
         DECISION = "decision", "Decision"
         APPROVAL_EXPIRED = "approval_expired", "Approval expired"
+        DEADLINE_PASSED = "deadline_passed", "Deadline passed"
 
     class Source(models.TextChoices):
         AGENT = "agent", "Agent"

@@ -154,6 +154,26 @@ class ApprovalExpiredEvent(Envelope):
     type: Literal["approval_expired"]
 
 
+# callgate's own events: applied by ``callgate.ingest.events_apply`` like any other, through
+# the transition table, but never accepted from a client (they are not in ``Event``).
+
+
+class ReconcileFailedEvent(Envelope):
+    """callgate's reconciler could not tell whether the operation happened (after its
+    retries). Stored as a ``reconciled`` event whose ``found`` is null; a call still
+    ``reconciling`` goes to review with its reason kept."""
+
+    type: Literal["reconcile_failed"]
+    detail: dict = Field(description="What the look-up saw (error, HTTP status).")
+
+
+class DeadlinePassedEvent(Envelope):
+    """A call still waiting to retry when its retry deadline passed (the deadline sweep):
+    ``retry_exhausted``, route review."""
+
+    type: Literal["deadline_passed"]
+
+
 Event = Annotated[
     ProposedEvent
     | TurnEvent

@@ -13,7 +13,6 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from callgate import escalation
 from callgate.classification import schema_problems
 from callgate.inbox import EventRefused, event_settle
 from callgate.ingest import events_apply
@@ -29,15 +28,16 @@ from callgate.models import (
     ToolCall,
     ToolContract,
 )
-from callgate.reports.rollups import buckets_touch
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,
     ContractIn,
+    DeadlinePassedEvent,
     DecisionEvent,
     GateRequest,
     ProposedEvent,
     ReconciledEvent,
+    ReconcileFailedEvent,
     TurnEvent,
 )
 from callgate.taxonomy import Reason, Route, category_of
@@ -329,82 +329,28 @@ def call_reconciled(
 
 
 def call_reconcile_failed(*, call: ToolCall, detail: dict) -> ToolCall:
-    """The look-up could not tell (after its retries). Records the attempt; a call still
-    ``reconciling`` is escalated to a human with its reason kept. A call already in review
-    (an operator's "reconcile now") only gets the event, so the page shows the result."""
-    with transaction.atomic():
-        locked = ToolCall.objects.select_for_update().get(pk=call.pk)
-        if locked.state not in (ToolCall.State.RECONCILING, ToolCall.State.IN_REVIEW):
-            return locked
-        escalate = locked.state == ToolCall.State.RECONCILING
-        now = timezone.now()
-        CallEvent.objects.create(
-            project_id=locked.project_id,
-            call=locked,
-            kind=CallEvent.Kind.RECONCILED,
-            source=CallEvent.Source.CALLGATE,
-            body={"type": "reconciled", "found": None, "detail": detail},
-            occurred_at=now,
-            reason=locked.reason,
-            category=locked.category,
-            route=Route.REVIEW,
-            observation=locked.observation,
-            state_before=locked.state,
-            state_after=ToolCall.State.IN_REVIEW,
-        )
-        if escalate:
-            locked.state, locked.route, locked.updated_at = (
-                ToolCall.State.IN_REVIEW,
-                Route.REVIEW,
-                now,
-            )
-            locked.save(update_fields=["state", "route", "updated_at"])
-            buckets_touch([locked])
-            escalation.review_item_open(call=locked)
-    return locked
+    """The look-up could not tell (after its retries): records it as a ``reconciled`` event
+    with ``found`` null. A call still ``reconciling`` is escalated to a human with its reason
+    kept; a call already in review (an operator's "reconcile now") only gets the event, so the
+    page shows the result. A call settled meanwhile is returned unchanged."""
+    event = ReconcileFailedEvent(type="reconcile_failed", detail=detail, **_envelope(call))
+    return _apply_internal(call=call, event=event)
 
 
 def call_deadline_passed(*, call: ToolCall) -> ToolCall:
-    """A call still waiting to retry after its deadline: ``retry_exhausted`` (route review)."""
-    with transaction.atomic():
-        locked = (
-            ToolCall.objects.select_for_update(of=("self",))
-            .select_related("contract")
-            .get(pk=call.pk)
-        )
-        if locked.state != ToolCall.State.RETRY_WAIT:
-            return locked
-        now = timezone.now()
-        observation = (
-            f"{locked.tool_name} could not be completed before its deadline. Do not call it again; "
-            "an operator will review it."
-        )
-        CallEvent.objects.create(
-            project_id=locked.project_id,
-            call=locked,
-            kind=CallEvent.Kind.ATTEMPT,
-            source=CallEvent.Source.CALLGATE,
-            body={
-                "type": "deadline_passed",
-                "deadline": locked.deadline.isoformat() if locked.deadline else None,
-            },
-            occurred_at=now,
-            reason=Reason.RETRY_EXHAUSTED,
-            category=category_of(Reason.RETRY_EXHAUSTED),
-            route=Route.REVIEW,
-            observation=observation,
-            state_before=locked.state,
-            state_after=ToolCall.State.IN_REVIEW,
-        )
-        locked.state, locked.reason = ToolCall.State.IN_REVIEW, Reason.RETRY_EXHAUSTED
-        locked.category, locked.route = category_of(Reason.RETRY_EXHAUSTED), Route.REVIEW
-        locked.observation, locked.updated_at = observation, now
-        locked.save(
-            update_fields=["state", "reason", "category", "route", "observation", "updated_at"]
-        )
-        buckets_touch([locked])
-        escalation.review_item_open(call=locked)
-    return locked
+    """A call still waiting to retry after its deadline: ``retry_exhausted`` (route review).
+    A call that left ``retry_wait`` meanwhile is returned unchanged."""
+    event = DeadlinePassedEvent(type="deadline_passed", **_envelope(call))
+    return _apply_internal(call=call, event=event)
+
+
+def _apply_internal(*, call: ToolCall, event) -> ToolCall:
+    """Apply one of callgate's own events; a state that no longer allows it (the call moved
+    on since the sweep or the look-up began) is not an error: the call is returned as is."""
+    try:
+        return _apply_one(call=call, event=event, source=CallEvent.Source.CALLGATE)
+    except IllegalTransition:
+        return ToolCall.objects.select_related("contract", "agent", "project").get(pk=call.pk)
 
 
 # --- history (replay and case files) ------------------------------------------------------

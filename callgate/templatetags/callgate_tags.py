@@ -185,6 +185,8 @@ def event_summary(event) -> str:
         return f"denied: {body.get('reason') or 'no reason given'}"
     if kind == "reconciled":
         found, matches = body.get("found"), body.get("matches")
+        if found is None:
+            return "reconciled: the look-up could not tell"
         if not found:
             return "reconciled: not found in the target"
         return (
@@ -199,6 +201,8 @@ def event_summary(event) -> str:
         return f"decision: {body.get('decision', '?')}" + (f" ({reason})" if reason else "")
     if kind == "approval_expired":
         return "approval timed out"
+    if kind == "deadline_passed":
+        return "deadline passed: no more retries"
     return kind
 
 

@@ -85,3 +85,22 @@ def test_an_allowed_proposal_and_an_approval_leave_the_call_allowed():
     assert next_state(None, "proposed", Verdict(None, Route.PROCEED), executed=False) == "allowed"
     granted = Verdict(Reason.APPROVAL_GRANTED, Route.PROCEED)
     assert next_state(State.PENDING_APPROVAL, "decision", granted, executed=False) == "allowed"
+
+
+@pytest.mark.parametrize("reason", [Reason.OUTCOME_UNKNOWN, Reason.RECONCILE_MISMATCH])
+def test_a_look_up_that_could_not_tell_sends_a_reconciling_call_to_review(reason):
+    kept = Verdict(reason=reason, route=Route.REVIEW)
+    check(State.RECONCILING, "reconcile_failed")
+    assert next_state(State.RECONCILING, "reconcile_failed", kept, executed=True) == "in_review"
+    for state in (State.SUCCEEDED, State.FAILED, State.RETRY_WAIT, State.PENDING_APPROVAL):
+        with pytest.raises(IllegalTransition):
+            check(state, "reconcile_failed")
+
+
+def test_the_deadline_sweep_moves_only_a_call_waiting_to_retry():
+    exhausted = Verdict(reason=Reason.RETRY_EXHAUSTED, route=route_of(Reason.RETRY_EXHAUSTED))
+    check(State.RETRY_WAIT, "deadline_passed")
+    assert next_state(State.RETRY_WAIT, "deadline_passed", exhausted, executed=True) == "in_review"
+    for state in set(State.values) - {State.RETRY_WAIT}:
+        with pytest.raises(IllegalTransition):
+            check(state, "deadline_passed")

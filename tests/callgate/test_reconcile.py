@@ -21,6 +21,7 @@ from callgate.reconcile import (
     reconcile_lookup,
 )
 from demo.simulator import SimulatorService, simulator_transport
+from reviews.models import ReviewItem
 from tests.factories import BaseTestCase
 
 TOKEN = "acme-secret"
@@ -489,7 +490,12 @@ class PeriodicJobTests(BaseTestCase):
 
         assert tasks.sweep_deadlines() == 1
         call.refresh_from_db()
-        assert call.reason == "retry_exhausted"
+        assert (call.state, call.reason, call.route) == ("in_review", "retry_exhausted", "review")
+        event = call.events.get()
+        assert (event.kind, event.source) == ("deadline_passed", "callgate")
+        assert (event.state_before, event.state_after) == ("retry_wait", "in_review")
+        assert ReviewItem.objects.filter(call=call, status=ReviewItem.Status.OPEN).count() == 1
+        assert tasks.sweep_deadlines() == 0  # the call left retry_wait: nothing more to do
 
 
 class ReconcileEndToEndTests(BaseTestCase):
