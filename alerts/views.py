@@ -9,7 +9,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from alerts import services
 from alerts.forms import AlertRuleForm
 from alerts.models import AlertEvent, AlertRule
-from callgate.access import Role, project_view
+from callgate.access import ProjectRequest, Role, project_view
 
 
 def _rules_page(request: HttpRequest, *, form=None, editing=None, status: int = 200):
@@ -38,7 +38,7 @@ def _rules_page(request: HttpRequest, *, form=None, editing=None, status: int = 
 
 @require_GET
 @project_view(role=Role.OPERATOR)
-def rules(request: HttpRequest) -> HttpResponse:
+def rules(request: ProjectRequest) -> HttpResponse:
     """The project's alert rules with their state and last value; managers get the form."""
     editing = None
     if request.GET.get("edit", "").isdigit() and request.membership.has_role(Role.MANAGER):
@@ -48,7 +48,7 @@ def rules(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.MANAGER)
-def rule_save(request: HttpRequest) -> HttpResponse:
+def rule_save(request: ProjectRequest) -> HttpResponse:
     """Create a rule, or update the one named by ``pk``; 422 with the form's errors."""
     instance = None
     if request.POST.get("pk", "").isdigit():
@@ -75,14 +75,14 @@ def rule_save(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.MANAGER)
-def rule_delete(request: HttpRequest, pk: int) -> HttpResponse:
+def rule_delete(request: ProjectRequest, pk: int) -> HttpResponse:
     AlertRule.objects.filter(project=request.project, pk=pk).delete()
     return redirect("alerts:rules", request.project.slug)
 
 
 @require_http_methods(["POST"])
 @project_view(role=Role.MANAGER)
-def rule_evaluate(request: HttpRequest, pk: int) -> HttpResponse:
+def rule_evaluate(request: ProjectRequest, pk: int) -> HttpResponse:
     """Evaluate one rule now (what beat does every minute)."""
     rule = AlertRule.objects.filter(project=request.project, pk=pk).first()
     if rule is None:
@@ -93,7 +93,7 @@ def rule_evaluate(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 @project_view(role=Role.OPERATOR)
-def history(request: HttpRequest) -> HttpResponse:
+def history(request: ProjectRequest) -> HttpResponse:
     """Every time a rule fired or resolved, newest first, with its deliveries."""
     events = (
         AlertEvent.objects.filter(project=request.project)

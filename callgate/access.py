@@ -10,15 +10,26 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import cast
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
+from django_htmx.middleware import HtmxDetails
 
 from callgate.models import Membership, Project
 
 Role = Membership.Role
+
+
+class ProjectRequest(HttpRequest):
+    """The request a ``project_view`` hands to its view (for type checking): the project
+    and the caller's membership resolved, and django-htmx's ``htmx`` details."""
+
+    project: Project
+    membership: Membership
+    htmx: HtmxDetails
 
 
 def user_projects(user) -> QuerySet[Project]:
@@ -40,7 +51,7 @@ def membership_for(user, project_slug: str) -> Membership:
     return membership
 
 
-def require_role(request: HttpRequest, role: str) -> None:
+def require_role(request: ProjectRequest, role: str) -> None:
     """403 unless the request's membership has ``role`` or a higher one."""
     if not request.membership.has_role(role):
         raise PermissionDenied(f"This needs the {role} role in {request.project.name}.")
@@ -54,10 +65,11 @@ def project_view(role: str = Role.VIEWER) -> Callable:
         @login_required
         @functools.wraps(view)
         def wrapper(request: HttpRequest, project: str, *args, **kwargs) -> HttpResponse:
-            request.membership = membership_for(request.user, project)
-            request.project = request.membership.project
-            require_role(request, role)
-            return view(request, *args, **kwargs)
+            scoped = cast(ProjectRequest, request)
+            scoped.membership = membership_for(request.user, project)
+            scoped.project = scoped.membership.project
+            require_role(scoped, role)
+            return view(scoped, *args, **kwargs)
 
         return wrapper
 

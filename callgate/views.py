@@ -19,7 +19,7 @@ from django.views.decorators.vary import vary_on_headers
 from pydantic import ValidationError
 
 from callgate import labels, metrics, selectors, services
-from callgate.access import Role, project_view, user_projects
+from callgate.access import ProjectRequest, Role, project_view, user_projects
 from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, ToolCall
 from callgate.reports import overview as overview_selectors
@@ -59,7 +59,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @project_view()
-def overview(request: HttpRequest) -> HttpResponse:
+def overview(request: ProjectRequest) -> HttpResponse:
     """The project's front page, "what needs me now": counts of the last 24 hours (the
     reports' numbers, each linking to exactly its calls), per category a 7-day sparkline
     with the change against the 7 days before, the reasons new or rising fastest, the
@@ -210,7 +210,7 @@ def _calls_total(*, project, filters: CallFilters, counts: dict[str, int]) -> in
 @require_GET
 @vary_on_headers("HX-Request")
 @project_view()
-def calls(request: HttpRequest) -> HttpResponse:
+def calls(request: ProjectRequest) -> HttpResponse:
     """Calls of the project, newest first, filtered by the query string; keyset-paginated
     with ``before``/``after`` cursors. An htmx request (the 5 s poll) gets only the rows;
     rows newer than ``seen`` (a call id) are marked new."""
@@ -290,7 +290,7 @@ def calls(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @project_view()
-def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
+def call_detail(request: ProjectRequest, operation_id: str) -> HttpResponse:
     """One call: arguments, contract and its lint findings, the timeline, the outcome, and
     the model turn it came from (its sibling calls with their verdicts)."""
     call = selectors.call_for_detail(project=request.project, operation_id=operation_id)
@@ -317,7 +317,7 @@ def call_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
 
 @require_GET
 @project_view()
-def contracts(request: HttpRequest) -> HttpResponse:
+def contracts(request: ProjectRequest) -> HttpResponse:
     """Every tool's latest contract with its lint score and how often calls to it fail
     on arguments or hallucinations."""
     return render(
@@ -332,7 +332,7 @@ def contracts(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @project_view()
-def contract_detail(request: HttpRequest, name: str) -> HttpResponse:
+def contract_detail(request: ProjectRequest, name: str) -> HttpResponse:
     """All versions of one tool's contract, newest first; project admins may publish a
     version (the agent that created the tool publishes through the API)."""
     return _contract_page(request, name)
@@ -367,7 +367,7 @@ def _contract_page(
 
 @require_POST
 @project_view(role=Role.ADMIN)
-def contract_publish(request: HttpRequest, name: str) -> HttpResponse:
+def contract_publish(request: ProjectRequest, name: str) -> HttpResponse:
     """A project admin publishes the posted contract (JSON, the API's shape) as the tool's
     next version. Bad JSON or an invalid contract re-renders the page with the error (400)."""
     draft = request.POST.get("contract", "")
@@ -449,14 +449,14 @@ def _agents_page(
 
 @require_GET
 @project_view()
-def agents(request: HttpRequest) -> HttpResponse:
+def agents(request: ProjectRequest) -> HttpResponse:
     """Agents with their keys, registered tools and calls of the last 24 hours."""
     return _agents_page(request)
 
 
 @require_POST
 @project_view(role=Role.ADMIN)
-def agent_key_create(request: HttpRequest, agent_id: int) -> HttpResponse:
+def agent_key_create(request: ProjectRequest, agent_id: int) -> HttpResponse:
     """Issue a key for the agent; the response is the only place the plain key appears."""
     agent = get_object_or_404(Agent, pk=agent_id, project=request.project)
     issued = api_key_issue(agent=agent, name=request.POST.get("name", "").strip()[:100])
@@ -465,7 +465,7 @@ def agent_key_create(request: HttpRequest, agent_id: int) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.ADMIN)
-def agent_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+def agent_key_revoke(request: ProjectRequest, key_id: int) -> HttpResponse:
     """Revoke a key once the admin typed its prefix into the confirmation field."""
     api_key = get_object_or_404(ApiKey, pk=key_id, project=request.project)
     if request.POST.get("confirm", "").strip() != api_key.prefix:

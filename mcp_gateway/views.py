@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from callgate.access import Role, project_view
+from callgate.access import ProjectRequest, Role, project_view
 from mcp_gateway import services
 from mcp_gateway.models import Upstream
 
@@ -36,14 +36,14 @@ def _page(request: HttpRequest, *, status: int = 200, error: str = "", form: dic
 
 @require_GET
 @project_view()
-def gateway(request: HttpRequest) -> HttpResponse:
+def gateway(request: ProjectRequest) -> HttpResponse:
     """Upstreams with their tools (as last listed), health and last error."""
     return _page(request)
 
 
 @require_POST
 @project_view(role=Role.ADMIN)
-def upstream_save(request: HttpRequest) -> HttpResponse:
+def upstream_save(request: ProjectRequest) -> HttpResponse:
     """Add an upstream, or change the one named in the form. Answers 400 with the field's
     problem (the form keeps what was typed)."""
     form = {
@@ -74,7 +74,7 @@ def upstream_save(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.ADMIN)
-def upstream_delete(request: HttpRequest, pk: int) -> HttpResponse:
+def upstream_delete(request: ProjectRequest, pk: int) -> HttpResponse:
     """Remove an upstream (its tools' contracts stay: calls keep pointing at them)."""
     get_object_or_404(Upstream, pk=pk, project=request.project).delete()
     return redirect("mcp_gateway:gateway", request.project.slug)

@@ -12,14 +12,14 @@ import csv
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from callgate.access import Role, project_view
+from callgate.access import ProjectRequest, Role, project_view
 from callgate.csvexport import csv_safe
 from callgate.selectors import open_review_count
 from callgate.timeparse import parse_time
@@ -104,7 +104,7 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
 @require_GET
 @vary_on_headers("HX-Request")
 @project_view()
-def queue(request: HttpRequest) -> HttpResponse:
+def queue(request: ProjectRequest) -> HttpResponse:
     """The queue: filters in the URL, most urgent first; ``#queue-table`` polls every 5 s."""
     fragment = request.htmx and request.htmx.target == "queue-table"
     template = "reviews/queue.html#queue-table" if fragment else "reviews/queue.html"
@@ -113,7 +113,7 @@ def queue(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.OPERATOR)
-def bulk(request: HttpRequest) -> HttpResponse:
+def bulk(request: ProjectRequest) -> HttpResponse:
     """Bulk reject / assign / claim: the checked ids, or "all matching", which re-applies
     the posted filters now and acts on exactly that set."""
     form = BulkForm(request.POST)
@@ -228,7 +228,7 @@ def _item_context(
 @require_GET
 @vary_on_headers("HX-Request")
 @project_view()
-def item_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def item_detail(request: ProjectRequest, pk: int) -> HttpResponse:
     """The item page; ``?confirm=<decision>`` opens the inline reason form of that action."""
     item = _get_item(request, pk)
     confirm = request.GET.get("confirm", "") if _can_act(request) else ""
@@ -293,7 +293,7 @@ def _run(request, item, action, ok: str) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.OPERATOR)
-def claim(request: HttpRequest, pk: int) -> HttpResponse:
+def claim(request: ProjectRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
     return _run(
         request,
@@ -305,7 +305,7 @@ def claim(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.OPERATOR)
-def release(request: HttpRequest, pk: int) -> HttpResponse:
+def release(request: ProjectRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
     return _run(
         request,
@@ -317,7 +317,7 @@ def release(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.OPERATOR)
-def assign(request: HttpRequest, pk: int) -> HttpResponse:
+def assign(request: ProjectRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
     username = request.POST.get("assignee", "")
     assignee = (
@@ -337,7 +337,7 @@ def assign(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.OPERATOR)
-def comment(request: HttpRequest, pk: int) -> HttpResponse:
+def comment(request: ProjectRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
     form = CommentForm(request.POST)
     text = form.data.get("text", "")
@@ -351,7 +351,7 @@ def comment(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.OPERATOR)
-def reconcile(request: HttpRequest, pk: int) -> HttpResponse:
+def reconcile(request: ProjectRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
     try:
         services.review_item_reconcile(item=item, user=request.user)
@@ -373,7 +373,7 @@ def reconcile(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @project_view(role=Role.OPERATOR)
-def extend(request: HttpRequest, pk: int) -> HttpResponse:
+def extend(request: ProjectRequest, pk: int) -> HttpResponse:
     item = _get_item(request, pk)
     form = ExtendForm(request.POST)
     if not form.is_valid():
@@ -398,7 +398,7 @@ DECISION_DONE = {
 
 @require_POST
 @project_view(role=Role.OPERATOR)
-def decide(request: HttpRequest, pk: int) -> HttpResponse:
+def decide(request: ProjectRequest, pk: int) -> HttpResponse:
     """Approve / approve retry / reject / mark applied / mark failed (``decision`` in the form)."""
     item = _get_item(request, pk)
     form = DecisionForm(request.POST)
@@ -454,7 +454,7 @@ def decide(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 @project_view()
-def reconcile_status(request: HttpRequest, pk: int) -> HttpResponse:
+def reconcile_status(request: ProjectRequest, pk: int) -> HttpResponse:
     """The "Reconcile now" progress fragment, polled until the ``reconciled`` event arrives;
     then it answers with the result and triggers ``reconciled`` so the page refreshes."""
     item = _get_item(request, pk)
@@ -475,7 +475,7 @@ def reconcile_status(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 @project_view()
-def open_count(request: HttpRequest) -> HttpResponse:
+def open_count(request: ProjectRequest) -> HttpResponse:
     """The navigation's Review count (a fragment), refreshed on ``REVIEW_CHANGED``."""
     return render(
         request,
@@ -486,7 +486,7 @@ def open_count(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @project_view()
-def audit_csv(request: HttpRequest, pk: int) -> HttpResponse:
+def audit_csv(request: ProjectRequest, pk: int) -> HttpResponse:
     """The item's audit trail as CSV: who, what, when (UTC), state before/after, reason."""
     item = _get_item(request, pk)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
