@@ -14,14 +14,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.fields.json import KT
 from django.db.models.functions import JSONObject
 from django.utils import timezone
@@ -420,54 +420,65 @@ def _drain_chunk_locked(project_id: int, *, bound: int) -> int:
         InboxEvent.objects.filter(pk__in=ids).update(attempts=F("attempts") + 1)
     with transaction.atomic():
         rows = list(
-            InboxEvent.objects.filter(pk__in=ids, status=InboxEvent.Status.PENDING).order_by("id")
+            InboxEvent.objects.select_for_update()
+            .filter(pk__in=ids, status=InboxEvent.Status.PENDING)
+            .order_by("id")
         )
         if not rows:
-            return len(ids)  # another drainer took them meanwhile
-        project = Project.objects.get(pk=project_id)
-        agents = Agent.objects.in_bulk({row.agent_id for row in rows})
-        done, rejected = [], []
-        start = 0
-        while start < len(rows):  # runs of consecutive rows from one agent's key, in order
-            end = start
-            while end < len(rows) and (rows[end].agent_id, rows[end].may_decide) == (
-                rows[start].agent_id,
-                rows[start].may_decide,
-            ):
-                end += 1
-            for row, outcome in zip(
-                rows[start:end],
-                _apply_rows(
-                    project,
-                    agents[rows[start].agent_id],
-                    rows[start:end],
-                    may_decide=rows[start].may_decide,
-                ),
-                strict=False,
-            ):
-                if outcome.status == "rejected":
-                    row.status, row.errors = InboxEvent.Status.REJECTED, outcome.errors
-                    rejected.append(row)
-                else:
-                    done.append(row.pk)
-            start = end
-        # applied rows stay (their event ID is what the next insert's ON CONFLICT sees), with
-        # the body cut to its type: the applied, redacted copy is the CallEvent
-        InboxEvent.objects.filter(pk__in=done).update(
-            status=InboxEvent.Status.APPLIED, body=JSONObject(type=KT("body__type"))
-        )
-        if rejected:
-            sensitive = {
-                name
-                for names in ToolContract.objects.filter(project_id=project_id).values_list(
-                    "sensitive_fields", flat=True
-                )
-                for name in names or ()
-            }
-            for row in rejected:
-                row.body = redact(row.body, sensitive)
-            InboxEvent.objects.bulk_update(rejected, ["status", "errors", "body"])
+            return len(ids)  # another drainer (or a gate check) took them meanwhile
+        _apply_locked(project_id, rows)
         return len(rows)
+
+
+def _apply_locked(project_id: int, rows: list[InboxEvent]) -> None:
+    """Apply pending inbox ``rows`` (locked ``FOR UPDATE`` by the caller's transaction, in
+    ``id`` order) through ``events_apply``, in runs of consecutive rows from one agent's key,
+    and mark each ``applied`` (body cut to its type) or ``rejected`` (with ``errors``, its
+    body redacted). The row locks are what keeps a drain and a gate check from applying the
+    same row twice: whoever locks a row first applies it; the other finds it applied."""
+    project = Project.objects.get(pk=project_id)
+    agents = Agent.objects.in_bulk({row.agent_id for row in rows})
+    done, rejected = [], []
+    start = 0
+    while start < len(rows):  # runs of consecutive rows from one agent's key, in order
+        end = start
+        while end < len(rows) and (rows[end].agent_id, rows[end].may_decide) == (
+            rows[start].agent_id,
+            rows[start].may_decide,
+        ):
+            end += 1
+        for row, outcome in zip(
+            rows[start:end],
+            _apply_rows(
+                project,
+                agents[rows[start].agent_id],
+                rows[start:end],
+                may_decide=rows[start].may_decide,
+            ),
+            strict=False,
+        ):
+            if outcome.status == "rejected":
+                row.status, row.errors = InboxEvent.Status.REJECTED, outcome.errors
+                rejected.append(row)
+            else:
+                done.append(row.pk)
+        start = end
+    # applied rows stay (their event ID is what the next insert's ON CONFLICT sees), with
+    # the body cut to its type: the applied, redacted copy is the CallEvent
+    InboxEvent.objects.filter(pk__in=done).update(
+        status=InboxEvent.Status.APPLIED, body=JSONObject(type=KT("body__type"))
+    )
+    if rejected:
+        sensitive = {
+            name
+            for names in ToolContract.objects.filter(project_id=project_id).values_list(
+                "sensitive_fields", flat=True
+            )
+            for name in names or ()
+        }
+        for row in rejected:
+            row.body = redact(row.body, sensitive)
+        InboxEvent.objects.bulk_update(rejected, ["status", "errors", "body"])
 
 
 def _quarantine(row_id: int) -> None:
@@ -668,11 +679,18 @@ class EventRefused(Exception):
 
 
 def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
-    """Receive one event and apply it at once (after the project's events received before it):
-    the path of ``POST /api/v1/events`` followed by a drain. Returns ``event_answer``'s dict
-    for it (status ``applied``: ``answer``, and ``calls`` for a turn); a re-sent event (same
-    ``event_id``) finds its first answer. Raises ``EventRefused``. The gate
-    (``POST /api/v1/calls``) and the MCP gateway's attempts use it."""
+    """Receive one event and apply it at once: the path of ``POST /api/v1/events``, then
+    ``settle_pending`` for this event alone. Returns ``event_answer``'s dict for it (status
+    ``applied``: ``answer``, and ``calls`` for a turn); a re-sent event (same ``event_id``)
+    finds its first answer. Raises ``EventRefused``. The gate (``POST /api/v1/calls``) and
+    the MCP gateway's attempts use it.
+
+    Ordering (README, "What the gate guarantees"): before the event is applied, the project's
+    pending events of the same request (its ``request_id``, or naming one of its calls by
+    operation ID) or the same operation (``operation_id``) received before it are applied, in
+    arrival order; events of other
+    requests stay for the drain, so a backlog elsewhere in the project never delays the
+    answer."""
     [received] = events_receive(project=project, agent=agent, events=[event])
     if received.status == "rejected":
         raise EventRefused("invalid", received.errors)
@@ -686,7 +704,7 @@ def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
             [{"loc": "event_id", "msg": "already used for another tool or other arguments"}],
         )
     try:
-        inbox_drain(project.pk)
+        settle_pending(project, event)
     except DrainBusy:  # its own event stays pending: answered below
         pass
     found = event_answer(project, event.event_id)
@@ -698,3 +716,44 @@ def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
         failed = any(e["msg"] == APPLY_FAILED for e in found["errors"])
         raise EventRefused("internal" if failed else "refused", found["errors"])
     return found
+
+
+def settle_pending(project: Project, event: Any) -> int:
+    """Apply ``event``'s inbox row, if still pending, after the project's pending rows of the
+    same request (by ``request_id``, or naming one of its calls by operation ID) or operation
+    received before it (``event_settle``'s ordering); returns how
+    many rows it applied. One transaction; the rows are locked ``FOR UPDATE`` in ``id`` order,
+    as a drain locks them, so the two never apply a row twice (a drain holding one of them
+    is waited for, up to the database's lock timeout). Found through two partial indexes on
+    pending rows (``inboxevent_pending_request`` / ``_operation``): the cost does not grow
+    with the project's backlog. Elsewhere than PostgreSQL, under the project's process lock
+    (``DrainBusy`` after ``DRAIN_LOCK_WAIT`` seconds)."""
+    same = Q(event_id=event.event_id)
+    operations = {event.operation_id} if event.operation_id else set()
+    if event.request_id:  # and events naming a call of the request by its operation ID
+        same |= Q(request=event.request_id)
+        operations.update(
+            ToolCall.objects.filter(project=project, request_id=event.request_id).values_list(
+                "operation_id", flat=True
+            )
+        )
+    if operations:  # a list, not a subquery: each branch of the OR has its own index
+        same |= Q(operation__in=sorted(operations))
+    pending = (
+        InboxEvent.objects.alias(request=KT("body__request_id"), operation=KT("body__operation_id"))
+        .filter(same, project=project, status=InboxEvent.Status.PENDING)
+        .order_by("id")
+    )
+    lock = (
+        nullcontext()
+        if connection.vendor == "postgresql"
+        else _drain_lock(project.pk, wait=DRAIN_LOCK_WAIT)
+    )
+    with lock, transaction.atomic():
+        rows = list(pending.select_for_update())
+        own = [i for i, row in enumerate(rows) if str(row.event_id) == str(event.event_id)]
+        if not own:
+            return 0  # applied already (by a drain) or never stored
+        rows = rows[: own[0] + 1]
+        _apply_locked(project.pk, rows)
+        return len(rows)

@@ -10,6 +10,8 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from callgate.lifecycle import State
@@ -436,6 +438,20 @@ class InboxEvent(models.Model):
         indexes = [
             # inbox_drain: a project's pending rows in arrival order
             models.Index(fields=["project", "status", "id"], name="inboxevent_drain"),
+            # settle_pending (the gate): the pending rows of one request or one operation,
+            # whatever the project's backlog
+            models.Index(
+                "project",
+                KT("body__request_id"),
+                condition=Q(status="pending"),
+                name="inboxevent_pending_request",
+            ),
+            models.Index(
+                "project",
+                KT("body__operation_id"),
+                condition=Q(status="pending"),
+                name="inboxevent_pending_operation",
+            ),
         ]
 
     def __str__(self) -> str:

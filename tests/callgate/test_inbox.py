@@ -278,6 +278,34 @@ class InboxTests(BaseTestCase):
         again = self.client_api.post("/api/v1/calls", body, format="json").json()
         assert again["verdict"] == "reconcile" and again["reason"] == "outcome_unknown"
 
+    def test_the_gate_leaves_other_requests_backlog_to_the_drain(self):
+        self.receive(weather_call(5) + weather_call(6)[:1])  # other requests', not applied yet
+        body = {
+            "format": "plain",
+            "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-2"}},
+            "request_id": "req-gate",
+        }
+        answer = self.client_api.post("/api/v1/calls", body, format="json").json()
+        assert answer["verdict"] == "allow"
+        pending = InboxEvent.objects.filter(project=self.project, status="pending")
+        assert pending.count() == 3  # the backlog waits for its drain, not for the gate
+        assert ToolCall.objects.filter(project=self.project).count() == 1
+        assert inbox_drain(self.project.pk) == 3 and not pending.exists()
+
+    def test_the_gate_applies_a_pending_event_of_its_operation_first(self):
+        body = {
+            "format": "plain",
+            "call": {"tool": "create_follow_up", "arguments": {"ticket_id": "T-3"}},
+            "operation_id": "op-explicit-3",
+        }
+        self.client_api.post("/api/v1/calls", body, format="json")
+        self.receive(
+            [make_event("attempt", operation_id="op-explicit-3", sent=True, outcome="timeout")]
+        )
+        again = self.client_api.post("/api/v1/calls", body, format="json").json()
+        assert again["reason"] == "outcome_unknown"
+        assert not InboxEvent.objects.filter(project=self.project, status="pending").exists()
+
     def test_retention_removes_old_rejected_rows_but_never_pending_ones(self):
         self.project.retention_days = 7
         self.project.save(update_fields=["retention_days"])
@@ -373,3 +401,79 @@ class ConcurrentDrainTests(TransactionTestCase):
             for a, b in zip(forward, backward, strict=True)
         )
         assert InboxEvent.objects.filter(project=project).count() == len(events)
+
+
+@skipUnless(connection.vendor == "postgresql", "row locks and query plans of PostgreSQL")
+class GateSettleTests(TransactionTestCase):
+    """``settle_pending`` (the gate) and ``inbox_drain`` side by side: the row locks let each
+    event be applied once, after the earlier events of its request."""
+
+    def setUp(self):
+        from callgate import services
+        from callgate.schemas import ContractIn
+
+        self.project = Project.objects.create(slug="gate-race", name="Gate race")
+        self.agent = Agent.objects.create(project=self.project, name="bot")
+        services.contract_register(
+            agent=self.agent, name="get_weather", payload=ContractIn.model_validate(WEATHER)
+        )
+
+    def test_gate_checks_and_drains_at_once_apply_every_event_once_in_order(self):
+        n = 120
+        proposals = validated([weather_call(i)[0] for i in range(n)])
+        attempts = validated([weather_call(i)[1] for i in range(n)])
+        events_receive(project=self.project, agent=self.agent, events=proposals)
+        errors: list[BaseException] = []
+
+        def settle(part: list) -> None:
+            try:
+                for attempt in part:
+                    inbox.event_settle(project=self.project, agent=self.agent, event=attempt)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        def drain() -> None:
+            try:
+                for _ in range(20):
+                    inbox_drain(self.project.pk, lock_wait=60)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=settle, args=(attempts[k::2],)) for k in range(2)]
+        threads.append(threading.Thread(target=drain))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        calls = ToolCall.objects.filter(project=self.project)
+        assert calls.count() == n
+        assert set(calls.values_list("reason", "attempts")) == {("ok", 1)}
+        assert CallEvent.objects.filter(project=self.project).count() == 2 * n
+        assert set(InboxEvent.objects.filter(project=self.project).values_list("status")) == {
+            ("applied",)
+        }
+
+    def test_finding_a_requests_pending_events_reads_no_backlog(self):
+        events_receive(
+            project=self.project,
+            agent=self.agent,
+            events=validated([e for i in range(50) for e in weather_call(i)]),
+        )
+        with connection.cursor() as cursor:  # as autovacuum would after a backlog arrived
+            cursor.execute("ANALYZE callgate_inboxevent")
+        [event] = validated([weather_call(7)[1]])
+        with CaptureQueriesContext(connection) as queries:
+            inbox.settle_pending(self.project, event)
+        [sql] = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]][:1]
+        with connection.cursor() as cursor:
+            cursor.execute("SET enable_seqscan = off")
+            cursor.execute("EXPLAIN " + sql)
+            plan = "\n".join(line for (line,) in cursor.fetchall())
+            cursor.execute("SET enable_seqscan = on")
+        assert "Seq Scan" not in plan, plan
+        assert "inboxevent_pending_request" in plan, plan
