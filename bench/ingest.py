@@ -12,6 +12,8 @@ interleaved rounds:
      processes, like gunicorn's workers; docker-compose runs 3);
   2. a raw psycopg ``COPY`` of the same rows into a scratch table, from as many streams;
   3. events/s applying the inbox (``inbox_drain``: classification, lifecycle, bulk writes),
+     for the mixed batches and in the SDK's flow (proposals create calls, later attempts
+     update them: ``--sdk-calls``, ``--only-sdk-flow`` for that line alone),
      what a Celery worker does after the requests; checked to leave every event applied;
   4. the gate check (``POST /api/v1/calls``) median and p99 latency;
   5. spans/s through the OTLP receiver (``POST /api/otlp/v1/traces``, protobuf in requests of
@@ -63,8 +65,9 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 
 from callgate.auth import api_key_issue  # noqa: E402
-from callgate.inbox import inbox_drain  # noqa: E402
+from callgate.inbox import events_receive, inbox_drain  # noqa: E402
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall  # noqa: E402
+from callgate.schemas import EVENT_ADAPTER  # noqa: E402
 from callgate.wsgi import application  # noqa: E402  (the server's start-up, including its gc.freeze())
 
 BATCH = 500
@@ -197,6 +200,60 @@ def call_events(i: int, rng: random.Random) -> list[dict]:
         return [envelope("proposed", format="gemini", call=call, request_id=request_id)]
     call = {"tool": "send_email", "arguments": {"to": "x@example.com"}}  # hallucinated tool
     return [envelope("proposed", format="plain", call=call, request_id=request_id)]
+
+
+def sdk_flow_rates(project: Project, agent: Agent, calls: int) -> tuple[float, float]:
+    """Apply rates (events/s, ``inbox_drain`` in one process) in the SDK's flow: first
+    ``calls`` proposals, each creating its call (what the gate applies), then one successful
+    attempt per call naming it by operation ID (reported later, so it updates a call that
+    exists). Returns (proposals/s, attempts/s)."""
+    tag = uuid.uuid4().hex[:8]
+    proposals = [
+        envelope(
+            "proposed",
+            format="plain",
+            request_id=f"sdk-{tag}-{i}",
+            call={"tool": "get_weather", "arguments": {"city": f"City {i}", "date": "2026-06-15"}},
+        )
+        for i in range(calls)
+    ]
+
+    def timed_apply(events: list[dict]) -> float:
+        for start in range(0, len(events), BATCH):
+            events_receive(
+                project=project,
+                agent=agent,
+                events=[EVENT_ADAPTER.validate_python(e) for e in events[start : start + BATCH]],
+            )
+        started = time.perf_counter()
+        processed = inbox_drain(project.pk)
+        elapsed = time.perf_counter() - started
+        assert processed == len(events), (processed, len(events))
+        return len(events) / elapsed
+
+    created = timed_apply(proposals)
+    operations = dict(
+        ToolCall.objects.filter(project=project, request_id__startswith=f"sdk-{tag}-").values_list(
+            "request_id", "operation_id"
+        )
+    )
+    attempts = [
+        envelope(
+            "attempt",
+            operation_id=operations[f"sdk-{tag}-{i}"],
+            sent=True,
+            outcome="success",
+            result={"temperature": i % 30},
+        )
+        for i in range(calls)
+    ]
+    updated = timed_apply(attempts)
+    assert (
+        not ToolCall.objects.filter(project=project, request_id__startswith=f"sdk-{tag}-")
+        .exclude(reason="ok")
+        .exists()
+    )
+    return created, updated
 
 
 def batches(total: int, rng: random.Random) -> list[list[dict]]:
@@ -411,6 +468,14 @@ def otlp_rates(
     return spans, events, otlp_seconds, events_seconds
 
 
+def sdk_flow(project: Project, agent: Agent, calls: int) -> None:
+    created, updated = sdk_flow_rates(project, agent, calls)
+    print(
+        f"apply, SDK flow:   {created:,.0f} events/s creating calls (proposals), "
+        f"{updated:,.0f} events/s updating them (attempts by operation ID); {calls:,} calls"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -431,6 +496,12 @@ def main() -> None:
     )
     parser.add_argument("--gate-checks", type=int, default=1_000)
     parser.add_argument(
+        "--sdk-calls", type=int, default=5_000, help="calls for the SDK-flow apply line"
+    )
+    parser.add_argument(
+        "--only-sdk-flow", action="store_true", help="print the SDK-flow apply line alone"
+    )
+    parser.add_argument(
         "--otlp-turns", type=int, default=1_000, help="agent turns (4 spans each) for the OTLP line"
     )
     parser.add_argument("--seed", type=int, default=7)
@@ -445,6 +516,10 @@ def main() -> None:
     for name, body in TOOLS.items():
         code, content = call("PUT", f"/api/v1/tools/{name}", json.dumps(body).encode(), key)
         assert code == 201, content[:300]
+
+    if options.only_sdk_flow:
+        sdk_flow(project, agent, options.sdk_calls)
+        return
 
     rng = random.Random(options.seed)
     # warm-up (imports, caches, query plans)
@@ -533,6 +608,7 @@ def main() -> None:
         f"apply (drain):     {statistics.median(apply_rates):,.0f} events/s [{each(apply_rates)}] "
         f"(classified, recorded on their calls; one process)"
     )
+    sdk_flow(project, agent, options.sdk_calls)
     print(
         f"gate check:        median {p50:.2f} ms, p99 {p99:.2f} ms over {options.gate_checks:,} checks"
     )

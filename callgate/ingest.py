@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -969,7 +969,7 @@ class _Batch:
             ToolCall.objects.bulk_create(self.new_calls)
         existing = [self.calls[op] for op in self.changed if op not in new_ids]
         if existing:
-            ToolCall.objects.bulk_update(existing, CALL_FIELDS)
+            calls_update(existing)
         if self.events:
             rows = []
             for call, row in self.events:
@@ -1018,6 +1018,39 @@ CALL_FIELDS = [
     "decided_at",
     "updated_at",
 ]
+
+
+def calls_update(calls: list[ToolCall]) -> None:
+    """Write ``CALL_FIELDS`` of ``calls`` (rows that exist) in one statement.
+
+    PostgreSQL: ``UPDATE … FROM unnest(…)``, one typed array per column, so that the
+    statement's text and cost of building it stay fixed whatever the number of rows (Django's
+    ``bulk_update`` builds a ``CASE WHEN`` per column and row: measured at 90% of the apply
+    path's time in the SDK's flow). Elsewhere (SQLite, the embedded default):
+    ``bulk_update``."""
+    if connection.vendor != "postgresql":
+        ToolCall.objects.bulk_update(calls, CALL_FIELDS)
+        return
+    fields = [ToolCall._meta.get_field(name) for name in CALL_FIELDS]
+    pk = ToolCall._meta.pk
+    columns = [pk.column, *(f.column for f in fields)]
+    types = [
+        pk.db_type(connection),
+        *(f.rel_db_type(connection) if f.is_relation else f.db_type(connection) for f in fields),
+    ]
+    arrays = [[call.pk for call in calls]]
+    for f in fields:
+        arrays.append([f.get_db_prep_save(getattr(call, f.attname), connection) for call in calls])
+    table = ToolCall._meta.db_table
+    unnest = ", ".join(f"%s::{t}[]" for t in types)
+    assignments = ", ".join(f'"{c}" = v."{c}"' for c in columns[1:])
+    names = ", ".join(f'"{c}"' for c in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{table}" SET {assignments} FROM unnest({unnest}) AS v({names}) '
+            f'WHERE "{table}"."{pk.column}" = v."{pk.column}"',
+            arrays,
+        )
 
 
 def events_apply(

@@ -16,7 +16,16 @@ from django.utils import timezone
 from callgate import inbox, ingest, tasks
 from callgate.inbox import event_answer, events_receive, inbox_drain
 from callgate.models import Agent, CallEvent, InboxEvent, Membership, Project, ToolCall
-from tests.factories import FOLLOW_UP, WEATHER, BaseTestCase, make_event, validated, weather_call
+from tests.factories import (
+    FOLLOW_UP,
+    WEATHER,
+    BaseTestCase,
+    make_call,
+    make_contracts,
+    make_event,
+    validated,
+    weather_call,
+)
 
 
 class InboxTests(BaseTestCase):
@@ -477,3 +486,32 @@ class GateSettleTests(TransactionTestCase):
             cursor.execute("SET enable_seqscan = on")
         assert "Seq Scan" not in plan, plan
         assert "inboxevent_pending_request" in plan, plan
+
+
+class CallsUpdateTests(BaseTestCase):
+    """``ingest.calls_update`` (``UPDATE … FROM unnest`` on PostgreSQL) writes every field of
+    ``CALL_FIELDS`` as the ORM would, NULLs, JSON and foreign keys included, and only the
+    rows it is given."""
+
+    def test_every_call_field_round_trips(self):
+        now = timezone.now()
+        contract = make_contracts(self.project)["get_weather"]
+        first, second, untouched = (
+            make_call(project=self.project, agent=self.agent, created_at=now) for _ in range(3)
+        )
+        first.state, first.reason, first.category, first.route = "in_review", "", "", "review"
+        first.observation, first.attempts, first.duplicates_suppressed = "Wait.", 4, 2
+        first.receipt, first.receipt_at = {"id": "R-1", "items": [1, None, "é"]}, now
+        first.arguments, first.arguments_digest = {"city": "Oslo"}, "abc"
+        first.contract, first.approval_expires_at, first.reconcile_requested_at = contract, now, now
+        first.decision, first.decision_reason = "approve_retry", "checked by phone"
+        first.decided_by, first.decided_at, first.updated_at = self.alice, now, now
+        second.receipt, second.contract, second.decided_by = None, None, None
+        second.arguments = ["not", "an", "object"]
+        ingest.calls_update([first, second])
+        for call in (first, second):
+            stored = ToolCall.objects.get(pk=call.pk)
+            for name in ingest.CALL_FIELDS:
+                field = ToolCall._meta.get_field(name)
+                assert getattr(stored, field.attname) == getattr(call, field.attname), name
+        assert ToolCall.objects.get(pk=untouched.pk).updated_at == untouched.updated_at
