@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import JSONObject
 from django.utils import timezone
@@ -426,18 +426,24 @@ def _drain_chunk_locked(project_id: int, *, bound: int) -> int:
         )
         if not rows:
             return len(ids)  # another drainer (or a gate check) took them meanwhile
-        _apply_locked(project_id, rows)
+        _apply_locked(Project.objects.get(pk=project_id), rows)
         return len(rows)
 
 
-def _apply_locked(project_id: int, rows: list[InboxEvent]) -> None:
+def _apply_locked(
+    project: Project, rows: list[InboxEvent], *, known: Agent | None = None
+) -> list[Outcome]:
     """Apply pending inbox ``rows`` (locked ``FOR UPDATE`` by the caller's transaction, in
     ``id`` order) through ``events_apply``, in runs of consecutive rows from one agent's key,
     and mark each ``applied`` (body cut to its type) or ``rejected`` (with ``errors``, its
-    body redacted). The row locks are what keeps a drain and a gate check from applying the
+    body redacted); returns their outcomes, in order. ``known``: an agent the caller has
+    loaded already. The row locks are what keeps a drain and a gate check from applying the
     same row twice: whoever locks a row first applies it; the other finds it applied."""
-    project = Project.objects.get(pk=project_id)
-    agents = Agent.objects.in_bulk({row.agent_id for row in rows})
+    project_id = project.pk
+    agents = {known.pk: known} if known else {}
+    if missing := {row.agent_id for row in rows} - set(agents):
+        agents.update(Agent.objects.in_bulk(missing))
+    outcomes: list[Outcome] = []
     done, rejected = [], []
     start = 0
     while start < len(rows):  # runs of consecutive rows from one agent's key, in order
@@ -457,6 +463,7 @@ def _apply_locked(project_id: int, rows: list[InboxEvent]) -> None:
             ),
             strict=False,
         ):
+            outcomes.append(outcome)
             if outcome.status == "rejected":
                 row.status, row.errors = InboxEvent.Status.REJECTED, outcome.errors
                 rejected.append(row)
@@ -479,6 +486,7 @@ def _apply_locked(project_id: int, rows: list[InboxEvent]) -> None:
         for row in rejected:
             row.body = redact(row.body, sensitive)
         InboxEvent.objects.bulk_update(rejected, ["status", "errors", "body"])
+    return outcomes
 
 
 def _quarantine(row_id: int) -> None:
@@ -627,28 +635,17 @@ def _event_answer_once(project: Project, event_id: uuid.UUID) -> dict | None:
         .first()
     )
     if event is not None:
-        found = {
-            "event_id": str(event_id),
-            "status": "applied",
-            "kind": event.kind,
-            "errors": [],
-            "answer": _answer_as_left(event),
-            "cause": event.cause or None,
-            "failed_items": event.failed_items,
+        turn = _turn_of(event)
+        if turn is None:
+            return _applied(event_id, [event])
+        ids = turn_event_ids(turn["event_id"], int(turn["calls"]))
+        parts = {
+            part.event_id: part
+            for part in CallEvent.objects.select_related("call__contract").filter(
+                project=project, event_id__in=ids
+            )
         }
-        turn = event.body.get("turn") if isinstance(event.body, dict) else None
-        if turn and event.kind == "proposed":
-            ids = turn_event_ids(turn["event_id"], int(turn["calls"]))
-            parts = {
-                part.event_id: part
-                for part in CallEvent.objects.select_related("call__contract").filter(
-                    project=project, event_id__in=ids
-                )
-            }
-            found["kind"] = "turn"
-            found["calls"] = [_answer_as_left(parts[i]) for i in ids if i in parts]
-            found["answer"] = found["calls"][0] if found["calls"] else found["answer"]
-        return found
+        return _applied(event_id, [event] + [parts[i] for i in ids[1:] if i in parts])
     row = (
         InboxEvent.objects.filter(project=project, event_id=event_id)
         .only("status", "errors", "body")
@@ -663,6 +660,54 @@ def _event_answer_once(project: Project, event_id: uuid.UUID) -> dict | None:
         "errors": row.errors,
         "answer": None,
     }
+
+
+def _turn_of(event: CallEvent) -> dict | None:
+    """The ``turn`` note of a call event recorded for one call of a whole turn, else None."""
+    turn = event.body.get("turn") if isinstance(event.body, dict) else None
+    return turn if turn and event.kind == "proposed" else None
+
+
+def _applied(event_id: uuid.UUID, recorded: list[CallEvent]) -> dict:
+    """``event_answer``'s dict for an applied event stored as ``recorded`` (its call events,
+    the first one's ID being the event's; one per call of a turn, in order)."""
+    first = recorded[0]
+    found = {
+        "event_id": str(event_id),
+        "status": "applied",
+        "kind": first.kind,
+        "errors": [],
+        "answer": _answer_as_left(first),
+        "cause": first.cause or None,
+        "failed_items": first.failed_items,
+    }
+    if _turn_of(first) is not None:
+        found["kind"] = "turn"
+        found["calls"] = [_answer_as_left(part) for part in recorded]
+        found["answer"] = found["calls"][0]
+    return found
+
+
+def _same_request_pending(project: Project, event: Any) -> QuerySet[InboxEvent]:
+    """The project's pending inbox rows of ``event`` itself, of its request (by
+    ``request_id``, or naming one of the request's calls by operation ID) and of its
+    ``operation_id``, in arrival order (``settle_pending``)."""
+    same = Q(event_id=event.event_id)
+    operations = {event.operation_id} if event.operation_id else set()
+    if event.request_id:
+        same |= Q(request=event.request_id)
+        operations.update(
+            ToolCall.objects.filter(project=project, request_id=event.request_id).values_list(
+                "operation_id", flat=True
+            )
+        )
+    if operations:  # a list, not a subquery: each branch of the OR has its own index
+        same |= Q(operation__in=sorted(operations))
+    return (
+        InboxEvent.objects.alias(request=KT("body__request_id"), operation=KT("body__operation_id"))
+        .filter(same, project=project, status=InboxEvent.Status.PENDING)
+        .order_by("id")
+    )
 
 
 class EventRefused(Exception):
@@ -704,9 +749,11 @@ def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
             [{"loc": "event_id", "msg": "already used for another tool or other arguments"}],
         )
     try:
-        settle_pending(project, event)
+        outcome = settle_pending(project, event, agent=agent)
     except DrainBusy:  # its own event stays pending: answered below
-        pass
+        outcome = None
+    if outcome is not None and outcome.recorded:  # applied now: answered from memory
+        return _applied(event.event_id, list(outcome.recorded))
     found = event_answer(project, event.event_id)
     if found is None or found["kind"] != event.type:
         raise EventRefused("reused", [{"loc": "event_id", "msg": "already used"}])
@@ -718,42 +765,25 @@ def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
     return found
 
 
-def settle_pending(project: Project, event: Any) -> int:
+def settle_pending(project: Project, event: Any, *, agent: Agent | None = None) -> Outcome | None:
     """Apply ``event``'s inbox row, if still pending, after the project's pending rows of the
     same request (by ``request_id``, or naming one of its calls by operation ID) or operation
-    received before it (``event_settle``'s ordering); returns how
-    many rows it applied. One transaction; the rows are locked ``FOR UPDATE`` in ``id`` order,
+    received before it (``event_settle``'s ordering); returns the event's ``Outcome``, or
+    None when its row was not pending (applied already, by a drain). ``agent``: the agent
+    that sent it, loaded already. One transaction; the rows are locked ``FOR UPDATE`` in ``id`` order,
     as a drain locks them, so the two never apply a row twice (a drain holding one of them
     is waited for, up to the database's lock timeout). Found through two partial indexes on
     pending rows (``inboxevent_pending_request`` / ``_operation``): the cost does not grow
     with the project's backlog. Elsewhere than PostgreSQL, under the project's process lock
     (``DrainBusy`` after ``DRAIN_LOCK_WAIT`` seconds)."""
-    same = Q(event_id=event.event_id)
-    operations = {event.operation_id} if event.operation_id else set()
-    if event.request_id:  # and events naming a call of the request by its operation ID
-        same |= Q(request=event.request_id)
-        operations.update(
-            ToolCall.objects.filter(project=project, request_id=event.request_id).values_list(
-                "operation_id", flat=True
-            )
-        )
-    if operations:  # a list, not a subquery: each branch of the OR has its own index
-        same |= Q(operation__in=sorted(operations))
-    pending = (
-        InboxEvent.objects.alias(request=KT("body__request_id"), operation=KT("body__operation_id"))
-        .filter(same, project=project, status=InboxEvent.Status.PENDING)
-        .order_by("id")
-    )
     lock = (
         nullcontext()
         if connection.vendor == "postgresql"
         else _drain_lock(project.pk, wait=DRAIN_LOCK_WAIT)
     )
     with lock, transaction.atomic():
-        rows = list(pending.select_for_update())
+        rows = list(_same_request_pending(project, event).select_for_update())
         own = [i for i, row in enumerate(rows) if str(row.event_id) == str(event.event_id)]
         if not own:
-            return 0  # applied already (by a drain) or never stored
-        rows = rows[: own[0] + 1]
-        _apply_locked(project.pk, rows)
-        return len(rows)
+            return None  # applied already (by a drain) or never stored
+        return _apply_locked(project, rows[: own[0] + 1], known=agent)[-1]

@@ -146,10 +146,13 @@ def call_answer(call: ToolCall, *, contract: ToolContract | None = None) -> dict
 @dataclass(frozen=True)
 class Outcome:
     """What happened to one event: ``accepted``, ``duplicate`` (event ID seen before) or
-    ``rejected`` (with ``errors``, each ``{"loc", "msg"}``)."""
+    ``rejected`` (with ``errors``, each ``{"loc", "msg"}``). ``recorded``: for an accepted
+    event, the ``CallEvent`` rows it was stored as (one; one per call of a turn), each with
+    its ``call`` (and the call's ``contract``) as the event left it."""
 
     status: str
     errors: list[dict] = field(default_factory=list)
+    recorded: tuple[CallEvent, ...] = ()
 
 
 ACCEPTED = Outcome(status="accepted")
@@ -973,7 +976,7 @@ class _Batch:
         if self.events:
             rows = []
             for call, row in self.events:
-                row.call_id = call.pk
+                row.call = call
                 rows.append(row)
             CallEvent.objects.bulk_create(rows)
         if self.budgets_changed:
@@ -1101,6 +1104,7 @@ def _apply_once(*, project, agent, events, source, user, may_decide) -> list[Out
             outcomes.append(DUPLICATE)
             continue
         seen.add(key)
+        mark = len(batch.events)
         try:
             batch.apply(index, event)
         except Rejected as exc:
@@ -1109,7 +1113,9 @@ def _apply_once(*, project, agent, events, source, user, may_decide) -> list[Out
         except lifecycle.IllegalTransition as exc:
             outcomes.append(Outcome(status="rejected", errors=[{"loc": "type", "msg": str(exc)}]))
             continue
-        outcomes.append(ACCEPTED)
+        outcomes.append(
+            Outcome(status="accepted", recorded=tuple(row for _, row in batch.events[mark:]))
+        )
     batch.save()
     buckets_touch(batch.calls[op] for op in batch.changed | batch.new_ids)
     return outcomes
