@@ -9,7 +9,7 @@ class CallgateConfig(AppConfig):
     def ready(self) -> None:
         # Configure the Celery app before any task is sent, so ``shared_task``s use it (and its
         # broker) rather than Celery's default app.
-        from callgate import celery  # noqa: F401
+        from callgate import celery, signals  # noqa: F401
         from callgate.prometheus import register_collectors
 
         register_collectors()

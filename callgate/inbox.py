@@ -772,7 +772,7 @@ def settle_pending(project: Project, event: Any, *, agent: Agent | None = None) 
     None when its row was not pending (applied already, by a drain). ``agent``: the agent
     that sent it, loaded already. One transaction; the rows are locked ``FOR UPDATE`` in ``id`` order,
     as a drain locks them, so the two never apply a row twice (a drain holding one of them
-    is waited for, up to the database's lock timeout). Found through two partial indexes on
+    is waited for up to ``DRAIN_LOCK_WAIT`` seconds, then ``DrainBusy``). Found through two partial indexes on
     pending rows (``inboxevent_pending_request`` / ``_operation``): the cost does not grow
     with the project's backlog. Elsewhere than PostgreSQL, under the project's process lock
     (``DrainBusy`` after ``DRAIN_LOCK_WAIT`` seconds)."""
@@ -781,9 +781,17 @@ def settle_pending(project: Project, event: Any, *, agent: Agent | None = None) 
         if connection.vendor == "postgresql"
         else _drain_lock(project.pk, wait=DRAIN_LOCK_WAIT)
     )
-    with lock, transaction.atomic():
-        rows = list(_same_request_pending(project, event).select_for_update())
-        own = [i for i, row in enumerate(rows) if str(row.event_id) == str(event.event_id)]
-        if not own:
-            return None  # applied already (by a drain) or never stored
-        return _apply_locked(project, rows[: own[0] + 1], known=agent)[-1]
+    try:
+        with lock, transaction.atomic():
+            if connection.vendor == "postgresql":  # a row held longer by a drain: busy
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL lock_timeout = '{int(DRAIN_LOCK_WAIT * 1000)}ms'")
+            rows = list(_same_request_pending(project, event).select_for_update())
+            own = [i for i, row in enumerate(rows) if str(row.event_id) == str(event.event_id)]
+            if not own:
+                return None  # applied already (by a drain) or never stored
+            return _apply_locked(project, rows[: own[0] + 1], known=agent)[-1]
+    except OperationalError as exc:
+        if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+            raise DrainBusy(project.pk) from exc
+        raise

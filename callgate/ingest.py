@@ -21,7 +21,9 @@ import hashlib
 import json
 import logging
 import random
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -245,6 +247,67 @@ def _name(call: ToolCall) -> str:
     return call.tool_name or "the tool"
 
 
+@dataclass(frozen=True, slots=True)
+class KnownTools:
+    """A project's latest contract per tool name (``contracts``), those an agent may call
+    (``tools``: its registered ones, or all when it registered none) and their classifier
+    views (``views``), as of the project's ``config_version``. Shared: never mutate."""
+
+    version: int
+    contracts: dict[str, ToolContract]
+    tools: dict[str, ToolContract]
+    views: dict[str, cls.Contract]
+
+
+#: (project ID, agent ID) → KnownTools; the least recently used goes past this many.
+TOOLS_CACHE_SIZE = 1024
+_tools_cache: OrderedDict[tuple[int, int], KnownTools] = OrderedDict()
+_tools_cache_lock = threading.Lock()
+
+
+def tools_for(project: Project, agent: Agent) -> KnownTools:
+    """The contracts ``agent`` may call, from this process's cache while ``project``'s
+    ``config_version`` (read with the project: by the key's authentication for an API
+    request, per chunk by a drain) is the one they were loaded at; else two queries. The
+    stamp is bumped by ``callgate.signals`` on every change of a contract or an agent's
+    registered tools, so no process keeps answering from an old contract."""
+    key = (project.pk, agent.pk)
+    with _tools_cache_lock:
+        known = _tools_cache.get(key)
+        if known is not None and known.version == project.config_version:
+            _tools_cache.move_to_end(key)
+            return known
+    contracts: dict[str, ToolContract] = {}
+    for contract in ToolContract.objects.filter(project=project).order_by("name", "-version"):
+        contracts.setdefault(contract.name, contract)
+    registered = set(AgentTool.objects.filter(agent=agent).values_list("name", flat=True))
+    tools = (
+        {name: c for name, c in contracts.items() if name in registered}
+        if registered
+        else contracts
+    )
+    known = KnownTools(
+        version=project.config_version,
+        contracts=contracts,
+        tools=tools,
+        views={name: contract_view(c) for name, c in tools.items()},
+    )
+    with _tools_cache_lock:
+        _tools_cache[key] = known
+        _tools_cache.move_to_end(key)
+        while len(_tools_cache) > TOOLS_CACHE_SIZE:
+            _tools_cache.popitem(last=False)
+    return known
+
+
+def tools_cache_forget(project_id: int) -> None:
+    """Drop this process's cached contracts of the project (``callgate.signals``, on a
+    change made here: a caller holding a project loaded before it still sees the change)."""
+    with _tools_cache_lock:
+        for key in [key for key in _tools_cache if key[0] == project_id]:
+            del _tools_cache[key]
+
+
 def _budget_key(request_id: str | None, tool: str | None) -> tuple[str, str] | None:
     """The re-ask budget's key, ``(request ID, tool name as stored)``, when both are given."""
     return (request_id, tool[:TOOL_NAME_LENGTH]) if request_id and tool else None
@@ -280,19 +343,8 @@ class _Batch:
                 project=self.project, event_id__in=[e.event_id for e in events]
             ).values_list("event_id", flat=True)
         )
-        contracts: dict[str, ToolContract] = {}
-        for contract in ToolContract.objects.filter(project=self.project).order_by(
-            "name", "-version"
-        ):
-            contracts.setdefault(contract.name, contract)
-        self.contracts = contracts
-        registered = set(AgentTool.objects.filter(agent=self.agent).values_list("name", flat=True))
-        self.tools = (
-            {name: c for name, c in contracts.items() if name in registered}
-            if registered
-            else contracts
-        )
-        self.tool_views = {name: contract_view(c) for name, c in self.tools.items()}
+        known = tools_for(self.project, self.agent)
+        self.contracts, self.tools, self.tool_views = known.contracts, known.tools, known.views
 
         op_ids, pairs, budget_keys = set(), set(), set()
         for index, event in enumerate(events):

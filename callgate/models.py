@@ -26,6 +26,13 @@ class Project(models.Model):
     retention_days = models.PositiveIntegerField(
         default=90, help_text="Events older than this many days are purged by the retention job."
     )
+    config_version = models.PositiveBigIntegerField(
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text="Bumped whenever a tool contract or an agent's registered tools change: the "
+        "version stamp of each process's cache of them (callgate.ingest.tools_for).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

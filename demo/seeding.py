@@ -44,6 +44,7 @@ from callgate.models import (
     ToolContract,
 )
 from callgate.schemas import EVENT_ADAPTER, ContractIn
+from callgate.signals import project_config_bump
 
 AGENTS = 10
 #: (name, effect, reconcilable, requires approval): 20 tools, reads first (called most).
@@ -131,6 +132,7 @@ def _setup_project(project: Project) -> tuple[list[Agent], dict[str, ToolContrac
         [AgentTool(agent=a, name=name) for a in agents[1:] for name, *_ in TOOLS],
         ignore_conflicts=True,
     )
+    project_config_bump(agents[0].project_id)  # a bulk insert sends no signal
     return agents, contracts
 
 

@@ -49,3 +49,12 @@ def _celery_join_flag():
     from celery._state import _set_task_join_will_block
 
     _set_task_join_will_block(False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tools_cache():
+    """Each test starts with an empty contract cache: a rolled-back test's project and
+    agent IDs may come again (SQLite reuses them) at the same ``config_version``."""
+    from callgate.ingest import _tools_cache
+
+    _tools_cache.clear()

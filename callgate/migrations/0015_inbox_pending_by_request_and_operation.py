@@ -5,18 +5,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('callgate', '0014_deadline_passed_event'),
+        ("callgate", "0014_deadline_passed_event"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='inboxevent',
-            index=models.Index(models.F('project'), django.db.models.fields.json.KeyTextTransform('request_id', 'body'), condition=models.Q(('status', 'pending')), name='inboxevent_pending_request'),
+            model_name="inboxevent",
+            index=models.Index(
+                models.F("project"),
+                django.db.models.fields.json.KeyTextTransform("request_id", "body"),
+                condition=models.Q(("status", "pending")),
+                name="inboxevent_pending_request",
+            ),
         ),
         migrations.AddIndex(
-            model_name='inboxevent',
-            index=models.Index(models.F('project'), django.db.models.fields.json.KeyTextTransform('operation_id', 'body'), condition=models.Q(('status', 'pending')), name='inboxevent_pending_operation'),
+            model_name="inboxevent",
+            index=models.Index(
+                models.F("project"),
+                django.db.models.fields.json.KeyTextTransform("operation_id", "body"),
+                condition=models.Q(("status", "pending")),
+                name="inboxevent_pending_operation",
+            ),
         ),
     ]

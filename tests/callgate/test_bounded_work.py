@@ -10,7 +10,9 @@ from unittest import mock, skipUnless
 import psycopg
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.test import TransactionTestCase
 
+from callgate import classification
 from callgate.classification import (
     MAX_REF_EXPANSION,
     MAX_SCHEMA_BYTES,
@@ -80,18 +82,19 @@ class ValidationBoundTests(BaseTestCase):
     def test_a_thousand_missing_required_properties_are_cheap_and_capped(self):
         properties = {f"p{i}": {"type": "string"} for i in range(400)}
         schema = {"type": "object", "properties": properties, "required": list(properties)}
-        started = time.perf_counter()
         problems = validate_arguments({}, schema)
-        self.assertLess(time.perf_counter() - started, 1.0)
         self.assertEqual(len(problems), MAX_VALIDATION_ERRORS)
         self.assertEqual(problems[0].reason, Reason.MISSING_REQUIRED)
         self.assertEqual(problems[0].path, "$.p0")
 
     def test_unique_items_over_thousands_of_objects_is_linear_and_exact(self):
         schema = {"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}
-        started = time.perf_counter()
-        self.assertEqual(validate_arguments({"xs": [{"a": i} for i in range(4000)]}, schema), [])
-        self.assertLess(time.perf_counter() - started, 1.0)
+        items = [{"a": i} for i in range(4000)]
+        with mock.patch.object(
+            classification, "canonical_json", wraps=classification.canonical_json
+        ) as canonical:
+            self.assertEqual(validate_arguments({"xs": items}, schema), [])
+        self.assertEqual(canonical.call_count, len(items))  # once per item: linear, no pairs
         [problem] = validate_arguments({"xs": [{"a": 1, "b": 2}, {"b": 2, "a": 1.0}]}, schema)
         self.assertEqual(problem.path, "$.xs")
         self.assertEqual(validate_arguments({"xs": [1, True]}, schema), [])
@@ -243,18 +246,66 @@ class DrainLockWaitTests(BaseTestCase):
                 ),
                 {0},
             )
+            # the gate does not wait for the drainer: it applies its own request's events
             response = self.api().post(
                 "/api/v1/calls",
                 {"format": "plain", "call": {"tool": "get_weather", "arguments": {"city": "Oslo"}}},
                 format="json",
             )
-            self.assertEqual(response.status_code, 429, response.content)
-            self.assertGreaterEqual(int(response["Retry-After"]), 1)
-            self.assertEqual(response.json()["errors"][0]["loc"], "(project)")
+            self.assertEqual(response.status_code, 200, response.content)
+            self.assertEqual(response.json()["verdict"], "allow")
         self.assertEqual(
-            InboxEvent.objects.filter(project=self.project, status="pending").count(), 3
+            InboxEvent.objects.filter(project=self.project, status="pending").count(), 2
         )
-        self.assertEqual(inbox.inbox_drain(self.project.pk), 3)
+        self.assertEqual(inbox.inbox_drain(self.project.pk), 2)
+
+
+@skipUnless(connection.vendor == "postgresql", "row locks of another PostgreSQL session")
+class GateLockWaitTests(TransactionTestCase):
+    def test_a_gate_check_waits_a_bounded_time_for_its_requests_rows_then_answers_429(self):
+        from rest_framework.test import APIClient
+
+        from callgate import inbox
+        from callgate.auth import api_key_issue
+        from callgate.models import Agent, InboxEvent, Project
+        from tests.factories import validated, weather_call
+
+        self.project = Project.objects.create(slug="held", name="Held")
+        self.agent = Agent.objects.create(project=self.project, name="bot")
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key_issue(agent=self.agent).plain}")
+        schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+        ToolContract.objects.create(
+            project=self.project, name="get_weather", version=1, parameters=schema, digest="x"
+        )
+        inbox.events_receive(
+            project=self.project, agent=self.agent, events=validated(weather_call(1)[:1])
+        )
+        held = InboxEvent.objects.get(project=self.project, status="pending")
+        settings = connection.settings_dict
+        with psycopg.connect(
+            host=settings["HOST"],
+            port=settings["PORT"],
+            user=settings["USER"],
+            password=settings["PASSWORD"],
+            dbname=settings["NAME"],
+        ) as other:  # a drain in the middle of applying the request's pending proposal
+            other.execute("SELECT id FROM callgate_inboxevent WHERE id = %s FOR UPDATE", [held.pk])
+            started = time.monotonic()
+            response = client.post(
+                "/api/v1/calls",
+                {
+                    "format": "plain",
+                    "request_id": "req-1",
+                    "call": {"tool": "get_weather", "arguments": {"city": "Oslo"}},
+                },
+                format="json",
+            )
+            waited = time.monotonic() - started
+            other.rollback()
+        self.assertEqual(response.status_code, 429, response.content)
+        self.assertGreaterEqual(int(response["Retry-After"]), 1)
+        self.assertGreaterEqual(waited, inbox.DRAIN_LOCK_WAIT)
 
 
 class DrainTaskTests(BaseTestCase):

@@ -13,6 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from callgate.auth import api_key_issue
+from callgate.ingest import tools_cache_forget
 from callgate.models import Agent, CallEvent, InboxEvent, ToolCall, ToolContract
 from callgate_sdk.wire import derive_operation_id
 from reviews.models import ReviewItem
@@ -312,8 +313,10 @@ class IngestTests(BaseTestCase):
                 )
             return events
 
+        tools_cache_forget(self.project.pk)  # each batch reads the contracts once
         with CaptureQueriesContext(connection) as small:
             assert self.post(batch(5, 0)).status_code == 200
+        tools_cache_forget(self.project.pk)
         with CaptureQueriesContext(connection) as large:
             assert self.post(batch(200, 100)).status_code == 200
         assert len(large) == len(small), [q["sql"][:80] for q in large.captured_queries]

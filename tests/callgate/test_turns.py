@@ -9,6 +9,7 @@ from unittest import skipUnless
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from callgate.ingest import tools_cache_forget
 from callgate.models import CallEvent, RequestBudget, ToolCall
 from tests.factories import FOLLOW_UP, WEATHER, BaseTestCase, make_event
 
@@ -137,11 +138,13 @@ class TurnTests(BaseTestCase):
                 "turn", format="openai", response={"tool_calls": calls}, request_id=request
             )
 
+        tools_cache_forget(self.project.pk)  # each turn reads the contracts once
         with CaptureQueriesContext(connection) as small:
             assert (
                 self.client_api.post("/api/v1/events", turn(2, "q1"), format="json").status_code
                 == 200
             )
+        tools_cache_forget(self.project.pk)
         with CaptureQueriesContext(connection) as large:
             assert (
                 self.client_api.post("/api/v1/events", turn(40, "q2"), format="json").status_code

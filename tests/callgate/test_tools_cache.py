@@ -1,0 +1,61 @@
+"""The contracts the gate and the drain apply come from a per-process cache
+(``callgate.ingest.tools_for``) stamped with the project's ``config_version``: a change made
+anywhere, in this process or another, is what the next check applies."""
+
+from __future__ import annotations
+
+import copy
+
+from django.db import connection
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+
+from callgate.models import Agent, AgentTool, Project, ToolContract
+from tests.factories import WEATHER, BaseTestCase
+
+
+class ToolsCacheTests(BaseTestCase):
+    def setUp(self):
+        self.client_api = self.api()
+        response = self.client_api.put("/api/v1/tools/get_weather", WEATHER, format="json")
+        assert response.status_code == 201, response.content
+
+    def gate(self, city) -> dict:
+        body = {"format": "plain", "call": {"tool": "get_weather", "arguments": {"city": city}}}
+        response = self.client_api.post("/api/v1/calls", body, format="json")
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    def contract_queries(self, run) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            run()
+        return sum('FROM "callgate_toolcontract"' in q["sql"] for q in queries.captured_queries)
+
+    def test_a_warm_check_reads_no_contract_and_a_new_version_is_applied_at_once(self):
+        assert self.gate("Oslo")["verdict"] == "allow"
+        assert self.contract_queries(lambda: self.gate("Paris")) == 0
+        stricter = copy.deepcopy(WEATHER)
+        stricter["parameters"]["properties"]["city"]["pattern"] = "^[A-Z]{3}$"
+        response = self.client_api.put("/api/v1/tools/get_weather", stricter, format="json")
+        assert response.status_code == 201, response.content
+        assert self.gate("Lima")["verdict"] == "reask"
+        assert self.gate("LIM")["verdict"] == "allow"
+
+    def test_a_change_made_by_another_process_is_seen_through_the_version_stamp(self):
+        assert self.gate("Oslo")["verdict"] == "allow"
+        # another process: its write and its signal's bump reach the database, not our cache
+        contract = ToolContract.objects.get(project=self.project, name="get_weather")
+        parameters = copy.deepcopy(contract.parameters)
+        parameters["properties"]["city"]["pattern"] = "^[A-Z]{3}$"
+        ToolContract.objects.filter(pk=contract.pk).update(parameters=parameters)
+        assert self.gate("Pune")["verdict"] == "allow"  # no bump yet: the cached version
+        Project.objects.filter(pk=self.project.pk).update(config_version=F("config_version") + 1)
+        assert self.gate("Rome")["verdict"] == "reask"
+
+    def test_registering_a_tool_for_an_agent_bumps_the_stamp(self):
+        before = Project.objects.get(pk=self.project.pk).config_version
+        other = Agent.objects.create(project=self.project, name="other-bot")
+        AgentTool.objects.create(agent=other, name="get_weather")
+        assert Project.objects.get(pk=self.project.pk).config_version == before + 1
+        AgentTool.objects.filter(agent=other).delete()
+        assert Project.objects.get(pk=self.project.pk).config_version == before + 2
