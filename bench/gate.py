@@ -23,7 +23,6 @@ transactions committed (a statement outside ``atomic`` commits on its own; targe
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import secrets
@@ -52,12 +51,12 @@ from django.urls import clear_url_caches, path  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
 from rest_framework.views import APIView  # noqa: E402
 
+from bench.support import call  # noqa: E402
 from callgate import urls  # noqa: E402
 from callgate.auth import api_key_issue  # noqa: E402
 from callgate.inbox import events_receive  # noqa: E402
 from callgate.models import Agent, InboxEvent, Project, ToolCall  # noqa: E402
 from callgate.schemas import EVENT_ADAPTER  # noqa: E402
-from callgate.wsgi import application  # noqa: E402
 from demo.seeding import seed_scale  # noqa: E402
 
 
@@ -76,38 +75,6 @@ class BareView(APIView):
 
 urls.urlpatterns.append(path("bench/bare/<str:operation_id>", BareView.as_view()))
 clear_url_caches()
-
-
-def call(method: str, url: str, body: bytes, key: str) -> tuple[int, bytes]:
-    """One request through the WSGI application, as a WSGI server (gunicorn) calls it."""
-    status: list[str] = []
-    environ = {
-        "REQUEST_METHOD": method,
-        "PATH_INFO": url,
-        "SCRIPT_NAME": "",
-        "QUERY_STRING": "",
-        "SERVER_NAME": "bench",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": "127.0.0.1",
-        "CONTENT_TYPE": "application/json",
-        "CONTENT_LENGTH": str(len(body)),
-        "HTTP_HOST": "bench",
-        "HTTP_AUTHORIZATION": f"Bearer {key}",
-        "wsgi.input": io.BytesIO(body),
-        "wsgi.url_scheme": "http",
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": False,
-        "wsgi.run_once": False,
-        "wsgi.version": (1, 0),
-    }
-    response = application(environ, lambda code, headers, exc_info=None: status.append(code))
-    try:
-        content = b"".join(response)
-    finally:
-        response.close()
-    return int(status[0].split()[0]), content
 
 
 class Counter:

@@ -29,7 +29,6 @@ unconsumed and step 3 times the apply on its own.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import multiprocessing
 import os
@@ -64,11 +63,11 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 
+from bench.support import call  # noqa: E402
 from callgate.auth import api_key_issue  # noqa: E402
 from callgate.inbox import events_receive, inbox_drain  # noqa: E402
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall  # noqa: E402
 from callgate.schemas import EVENT_ADAPTER  # noqa: E402
-from callgate.wsgi import application  # noqa: E402  (the server's start-up, including its gc.freeze())
 
 BATCH = 500
 TOOLS = {
@@ -269,40 +268,6 @@ def batches(total: int, rng: random.Random) -> list[list[dict]]:
         count += len(events)
         i += 1
     return out
-
-
-def call(
-    method: str, path: str, body: bytes, key: str, content_type: str = "application/json"
-) -> tuple[int, bytes]:
-    """One request through the WSGI application, as a WSGI server (gunicorn) calls it."""
-    status: list[str] = []
-    environ = {
-        "REQUEST_METHOD": method,
-        "PATH_INFO": path,
-        "SCRIPT_NAME": "",
-        "QUERY_STRING": "",
-        "SERVER_NAME": "bench",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": "127.0.0.1",
-        "CONTENT_TYPE": content_type,
-        "CONTENT_LENGTH": str(len(body)),
-        "HTTP_HOST": "bench",
-        "HTTP_AUTHORIZATION": f"Bearer {key}",
-        "wsgi.input": io.BytesIO(body),
-        "wsgi.url_scheme": "http",
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": False,
-        "wsgi.run_once": False,
-        "wsgi.version": (1, 0),
-    }
-    response = application(environ, lambda code, headers, exc_info=None: status.append(code))
-    try:
-        content = b"".join(response)
-    finally:
-        response.close()
-    return int(status[0].split()[0]), content
 
 
 def in_parallel(clients: int, work: list, task) -> float:
