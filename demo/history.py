@@ -15,7 +15,9 @@ hours, quiet nights), a weekly one (quiet weekends), slow growth, and three inci
   duplicates counted) and stops the loop (``loop_detected``, ``reask_exhausted``).
 
 Escalated and approval calls of the history were decided (review items resolved by the
-``operator`` user) so the review-health report has decisions and times to decision.
+``operator`` user, each opened at its call's time, with its audit trail) so the
+review-health report has decisions and times to decision. Each agent registers the tools it
+calls (``TOOLS``), and ``book_meeting``'s versions are scored by the contract linter.
 
 Every history call's operation ID starts with ``HISTORY_PREFIX``. ``demo_reset`` removes
 the demo project's calls (history and earlier fleet runs) so running the demo twice resets
@@ -33,8 +35,10 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from callgate.lint import lint_contract
 from callgate.models import (
     Agent,
+    AgentTool,
     ApiKey,
     CallEvent,
     CallRollup,
@@ -172,19 +176,24 @@ def _contracts(project: Project, incidents: Incidents, start: datetime) -> dict:
         },
         "required": [*base["required"], "timezone"],
     }
+    description = "Book a meeting in the user's calendar."
     versions = {}
     for version, params, created in ((1, base, start), (2, changed, incidents.contract_change)):
-        versions[version], _ = ToolContract.objects.get_or_create(
+        # scored by the linter, as a registered contract is: the score and the findings the
+        # contract's page lists agree
+        report = lint_contract(name="book_meeting", description=description, parameters=params)
+        versions[version], _ = ToolContract.objects.update_or_create(
             project=project,
             name="book_meeting",
             version=version,
             defaults={
-                "description": "Book a meeting in the user's calendar.",
+                "description": description,
                 "parameters": params,
                 "effect": ToolContract.Effect.WRITE,
                 "idempotent": True,
                 "digest": uuid.uuid5(uuid.NAMESPACE_URL, f"book_meeting/{version}").hex * 2,
-                "lint_score": 88 if version == 1 else 74,
+                "lint_score": report.score,
+                "lint_findings": [f.as_dict() for f in report.findings],
                 "created_at": created,
             },
         )
@@ -242,7 +251,7 @@ def history_seed(
     from django.contrib.auth import get_user_model
 
     from callgate.reports.rollups import rollups_rebuild
-    from reviews.models import ReviewItem
+    from reviews.models import ReviewAudit, ReviewItem
 
     rng = random.Random(seed)
     now = now or timezone.now()
@@ -253,6 +262,17 @@ def history_seed(
     agents = {
         name: Agent.objects.get_or_create(project=project, name=name)[0] for name in agent_names
     }
+    for tool, (_, names) in TOOLS.items():  # each agent uses the tools it registered
+        for name in names:
+            registered, _ = AgentTool.objects.get_or_create(agent=agents[name], name=tool)
+            if (
+                name == names[0]
+                and not AgentTool.objects.filter(
+                    agent__project=project, name=tool, owner=True
+                ).exists()
+            ):
+                registered.owner = True
+                registered.save(update_fields=["owner"])
     operator = get_user_model().objects.filter(username="operator").first()
     result = HistoryResult()
     calls: list[ToolCall] = []
@@ -276,6 +296,9 @@ def history_seed(
                 at = hour + timedelta(seconds=rng.randrange(3600))
                 calls.append(_storm_call(rng, project, agents, contracts, at, result))
         hour += timedelta(hours=1)
+    for call in calls:  # the operator decided what the history's humans decided
+        if call.decision:
+            call.decided_by = operator
     with transaction.atomic():
         ToolCall.objects.bulk_create(calls, batch_size=1000)
         saved = {
@@ -290,9 +313,13 @@ def history_seed(
             if call.reason in ("reconciled_applied", "reconciled_absent", "not_reconcilable"):
                 events.append(_unknown_event(project, row, call))
             if call.decision:
-                items.append(_resolved_item(project, row, call, operator))
+                items.append((_resolved_item(project, row, call, operator), call))
         CallEvent.objects.bulk_create(events, batch_size=1000)
-        ReviewItem.objects.bulk_create(items, batch_size=1000)
+        ReviewItem.objects.bulk_create([item for item, _ in items], batch_size=1000)
+        ReviewAudit.objects.bulk_create(
+            [row for item, call in items for row in _item_trail(project, item, call)],
+            batch_size=1000,
+        )
     result.calls = len(calls)
     result.review_items = len(items)
     rollups_rebuild(project_id=project.pk)
@@ -438,3 +465,36 @@ def _resolved_item(project, row: ToolCall, call: ToolCall, operator):
         created_at=call.created_at,
         updated_at=call.decided_at,
     )
+
+
+def _item_trail(project, item, call: ToolCall):
+    """The audit trail of a history item: opened by callgate when its call needed a human,
+    then decided by the operator."""
+    from reviews.models import ReviewAudit, ReviewItem
+
+    call_state = (
+        ToolCall.State.PENDING_APPROVAL
+        if item.kind == ReviewItem.Kind.APPROVAL
+        else ToolCall.State.IN_REVIEW
+    )
+    opened = ReviewAudit(
+        project=project,
+        item=item,
+        action=ReviewAudit.Action.OPENED,
+        state_after=ReviewItem.Status.OPEN,
+        call_state_after=call_state,
+        reason=item.reason,
+        created_at=item.created_at,
+    )
+    decided = ReviewAudit(
+        project=project,
+        item=item,
+        actor=item.resolved_by,
+        action=item.resolution,
+        state_before=ReviewItem.Status.OPEN,
+        state_after=item.status,
+        call_state_before=call_state,
+        call_state_after=call.state,
+        created_at=item.resolved_at or item.updated_at,
+    )
+    return [opened, decided]
