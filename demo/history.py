@@ -49,6 +49,7 @@ from callgate.models import (
     ToolContract,
 )
 from callgate.taxonomy import Category, Reason, Route, category_of, route_of
+from callgate_sdk.wire import REDACTED
 
 HISTORY_PREFIX = "hist-"
 DAYS = 30
@@ -413,14 +414,25 @@ def _build(rng, project, agent, contract, tool, reason, at, *, attempts) -> Tool
         )
     elif reason == Reason.APPROVAL_EXPIRED:
         decided_at = at + timedelta(minutes=15)
+    operation_id = f"{HISTORY_PREFIX}{uuid.UUID(int=rng.getrandbits(128)).hex}"
     return ToolCall(
         project=project,
         agent=agent,
-        operation_id=f"{HISTORY_PREFIX}{uuid.UUID(int=rng.getrandbits(128)).hex}",
+        operation_id=operation_id,
         request_id=f"req-h{rng.getrandbits(32):08x}",
         tool_name=tool,
         contract=contract,
-        arguments={},
+        arguments=_arguments(
+            tool,
+            at,
+            operation_id,
+            # book_meeting v2 wants a time zone; the calls that forgot it failed on arguments
+            with_timezone=bool(
+                contract
+                and contract.version >= 2
+                and category_of(reason) != Category.ARGUMENT_ERROR
+            ),
+        ),
         state=state,
         reason=reason,
         category=category_of(reason),
@@ -431,6 +443,46 @@ def _build(rng, project, agent, contract, tool, reason, at, *, attempts) -> Tool
         created_at=at,
         updated_at=decided_at or at,
     )
+
+
+def _arguments(tool: str, at: datetime, operation_id: str, *, with_timezone: bool) -> dict:
+    """Arguments of the kind the demo's agents send to ``tool`` (drawn from their own
+    generator seeded by the operation ID, so the traffic above stays the same); the payout's
+    IBAN is redacted as ingest redacts a sensitive field."""
+    rng = random.Random(operation_id)
+    ticket = f"T-{rng.randint(1, 480)}"
+    due = (at + timedelta(days=rng.randint(1, 6))).replace(minute=0, second=0, microsecond=0)
+    when = due.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "lookup_ticket": lambda: {"ticket_id": ticket},
+        "create_follow_up": lambda: {
+            "ticket_id": ticket,
+            "assignee_id": f"u-{rng.randint(1, 40)}",
+            "due_at": when,
+        },
+        "escalate_ticket": lambda: {
+            "ticket_id": ticket,
+            "assignee_id": f"u-{rng.randint(41, 48)}",
+            "due_at": when,
+        },
+        "get_weather": lambda: {"city": rng.choice(("Paris", "Lisbon", "Oslo", "Osaka", "Lima"))},
+        "search_products": lambda: {
+            "query": rng.choice(("standing desk", "usb-c hub", "desk lamp", "office chair")),
+            "num_results": rng.randint(1, 10),
+        },
+        "issue_payout": lambda: {
+            "customer_id": f"C-{rng.randint(1, 300)}",
+            "amount_cents": rng.randint(5, 900) * 100,
+            "iban": REDACTED,
+        },
+        "book_meeting": lambda: {
+            "attendee": f"customer{rng.randint(1, 300)}@example.com",
+            "starts_at": when,
+            "minutes": rng.choice([15, 30, 60]),
+            **({"timezone": "Europe/Paris"} if with_timezone else {}),
+        },
+        "do_stuff": lambda: {"x": "reindex", "y": rng.choice(["all", "tickets"])},
+    }.get(tool, dict)()
 
 
 def _unknown_event(project, row: ToolCall, call: ToolCall) -> CallEvent:

@@ -211,3 +211,16 @@ class FleetToolSetTests(BaseTestCase):
         # one agent alone runs every episode: it registers every tool
         alone = agent_tool_sets(["shop-bot"])["shop-bot"]
         assert set(alone) == {t for tools in AGENT_TOOLS.values() for t in tools}
+
+
+class DemoHistoryArgumentsTests(BaseTestCase):
+    def test_history_calls_carry_the_arguments_their_tool_takes(self):
+        history_seed(project=self.project, seed=2, days=2)
+        calls = ToolCall.objects.filter(project=self.project)
+        assert not calls.filter(arguments={}).exists()
+        for call in calls.filter(tool_name="issue_payout")[:5]:
+            assert call.arguments["iban"] == "•••" and call.arguments["amount_cents"] > 0
+        meetings = calls.filter(tool_name="book_meeting", contract__version=2)
+        for call in meetings[:20]:
+            forgot = call.category == "argument_error"
+            assert ("timezone" in call.arguments) is not forgot, call.reason
