@@ -48,7 +48,14 @@ from callgate.models import (
     ToolCall,
     ToolContract,
 )
-from callgate.taxonomy import Category, Reason, Route, category_of, route_of
+from callgate.taxonomy import (
+    PROPOSAL_PRECEDENCE,
+    Category,
+    Reason,
+    Route,
+    category_of,
+    route_of,
+)
 from callgate_sdk.wire import REDACTED
 
 HISTORY_PREFIX = "hist-"
@@ -333,7 +340,7 @@ _STATE_OF_ROUTE = {
     Route.RETRY: ToolCall.State.RETRY_WAIT,
     Route.RECONCILE: ToolCall.State.FAILED,
     Route.REASK: ToolCall.State.FAILED,
-    Route.DENY: ToolCall.State.REJECTED,
+    Route.DENY: ToolCall.State.FAILED,
     Route.STOP: ToolCall.State.FAILED,
     Route.REVIEW: ToolCall.State.FAILED,
 }
@@ -397,11 +404,23 @@ def _storm_call(rng, project, agents, contracts, at, result) -> ToolCall:
     return call
 
 
+#: reasons found at the gate, before anything ran (the proposal's own faults, and the
+#: approvals a human refused or let run out): the call was never attempted
+AT_THE_GATE = (
+    (set(PROPOSAL_PRECEDENCE) | {Reason.REASK_EXHAUSTED, Reason.APPROVAL_REJECTED})
+    - {Reason.DUPLICATE_SUPPRESSED, Reason.IDEMPOTENCY_MISMATCH}
+) | {Reason.APPROVAL_EXPIRED}
+
+
 def _build(rng, project, agent, contract, tool, reason, at, *, attempts) -> ToolCall:
     route = route_of(reason, idempotent=bool(contract and contract.idempotent))
     state = _STATE_OF_ROUTE[route]
-    if route == Route.RETRY:
-        state = ToolCall.State.RETRY_WAIT
+    at_gate = reason in AT_THE_GATE
+    if at_gate:
+        attempts = 0
+        # refused before it ran: "rejected at the gate" (an approval that ran out: failed)
+        if state == ToolCall.State.FAILED and reason != Reason.APPROVAL_EXPIRED:
+            state = ToolCall.State.REJECTED
     decision = ""
     decided_at = None
     if reason in DECISION_MIX:
@@ -410,6 +429,8 @@ def _build(rng, project, agent, contract, tool, reason, at, *, attempts) -> Tool
         state = (
             ToolCall.State.SUCCEEDED
             if decision in ("approve", "approve_retry", "mark_applied")
+            else ToolCall.State.REJECTED
+            if at_gate
             else ToolCall.State.FAILED
         )
     elif reason == Reason.APPROVAL_EXPIRED:

@@ -14,7 +14,7 @@ from callgate.lint import lint_contract
 from callgate.models import CallRollup, Membership, ToolCall, ToolContract
 from callgate.reports.selectors import direct_counts
 from demo.fleet import AGENT_TOOLS, WAITING_SHIFT_LIMIT, agent_tool_sets, spread_over_days
-from demo.history import HISTORY_PREFIX, Incidents, demo_reset, history_seed
+from demo.history import AT_THE_GATE, HISTORY_PREFIX, Incidents, demo_reset, history_seed
 from reviews.models import ReviewItem
 from reviews.selectors import queue_progress
 from tests.factories import BaseTestCase, make_call, make_user, rollup_counts
@@ -224,3 +224,16 @@ class DemoHistoryArgumentsTests(BaseTestCase):
         for call in meetings[:20]:
             forgot = call.category == "argument_error"
             assert ("timezone" in call.arguments) is not forgot, call.reason
+
+    def test_only_calls_refused_before_they_ran_are_rejected_at_the_gate(self):
+        history_seed(project=self.project, seed=4, days=4)
+        calls = ToolCall.objects.filter(project=self.project)
+        rejected = calls.filter(state=ToolCall.State.REJECTED)
+        assert rejected.exists() and not rejected.filter(attempts__gt=0).exists()
+        assert set(rejected.values_list("reason", flat=True)) <= AT_THE_GATE
+        assert not calls.filter(reason__in=AT_THE_GATE, attempts__gt=0).exists()
+        # refused by the target after an attempt: failed, not "rejected at the gate"
+        denied = calls.filter(reason="permission_denied")
+        assert denied.exists()
+        assert set(denied.values_list("state", flat=True)) == {ToolCall.State.FAILED}
+        assert not denied.filter(attempts=0).exists()
