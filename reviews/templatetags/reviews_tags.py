@@ -71,10 +71,17 @@ _SLUG = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
 @register.filter
 def audit_text(row) -> str:
     """An audit row's reason with the reason slugs callgate wrote into it read as labels
-    ("settled by a later event: Reconciled: it happened"); what people wrote stays as is."""
+    ("Reconciled: it happened"; a leading "settled by a later event: " that only repeats the
+    row's action is left out, so is a state slug shown by its label); what people wrote
+    stays as is."""
     text = row.reason or ""
     if row.actor_id is not None:
         return text
+    action = row.get_action_display().lower() + ": "
+    if text.lower().startswith(action):
+        text = text[len(action) :]
+    if text in labels.TABLES["state"] and text not in Reason.values:
+        return labels.label(text, "state")
     if text in Reason.values:
         return labels.label(text, "reason")
     return _SLUG.sub(

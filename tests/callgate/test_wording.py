@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from django.utils import timezone
 
 from callgate import labels
+from callgate.escalation import review_audit
 from callgate.models import CallEvent, ToolCall
 from callgate.templatetags.callgate_tags import event_summary
 from reviews import services
@@ -162,6 +163,20 @@ class ItemPageWordingTests(ReviewPageTestCase):
         assert "· →" not in text and "route " not in text
         assert "Reconciled: not found in the target" in text
         assert not raw_codes(html)
+
+    def test_a_settled_item_says_what_settled_it_once(self):
+        item = make_item(self.project, self.agent)
+        review_audit(
+            item=item,
+            action="settled",
+            before="open",
+            after="settled",
+            reason="settled by a later event: reconciled_applied",
+        )
+        text = visible_text(self.client.get(f"/p/acme/review/{item.pk}/").content.decode())
+        assert "Review item settled by a later event by callgate: Reconciled: it happened" in text
+        assert "event: settled by a later event" not in text.lower()
+        assert "Open → Settled by a later event" in text
 
     def test_an_approval_item_page_has_no_codes(self):
         item = make_item(self.project, self.agent, kind=ReviewItem.Kind.APPROVAL)
