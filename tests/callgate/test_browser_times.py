@@ -36,6 +36,10 @@ class ReportRangeInBrowserTimeTests(BrowserTestCase):
         label = " ".join(page.locator("label", has=since).inner_text().split())
         assert label.startswith("From (America/Chicago)")
         assert "PM" not in page.locator(".report-filters").inner_text()
+        # the range above the report: local too, the UTC moment on hover
+        head = page.locator(".pagehead time").first
+        assert head.inner_text() == "Nov 23, 17:00"
+        assert head.get_attribute("title") == "2026-11-23 23:00:00 UTC"
         page.screenshot(path=str(artifact_path("reports-range-chicago")))
 
         # typed in local time (afternoon, 24-hour), sent as the UTC moment
