@@ -40,6 +40,10 @@ class AlertRuleForm(forms.ModelForm):
         self.project = project
         self.fields["agent"].queryset = project.agents.order_by("name")
         self.fields["agent"].required = False
+        self.fields["agent"].empty_label = "All agents"
+        self.fields["metric"].choices = [("", "Pick a metric")] + [
+            c for c in self.fields["metric"].choices if c[0]
+        ]
         self.fields["clear_threshold"].required = False
         target_choices = [("", "—")]
         target_choices += [(c.value, f"Category: {c.label}") for c in Category]

@@ -1,7 +1,7 @@
 """Evaluating alert rules and notifying: the only code that changes ``AlertRule.state``.
 
 ``alert_rule_value`` measures a rule's number (from ``CallRollup`` over the window of
-``callgate.metrics.window``, or the review queue / inbox now); ``alert_rule_evaluate``
+``callgate.metrics.covering_window``, or the review queue / inbox now); ``alert_rule_evaluate``
 applies the hysteresis (fire at ``threshold``, resolve below ``clear_threshold``), records
 an ``AlertEvent`` and its ``AlertDelivery`` rows, and enqueues their delivery after commit
 (``alerts.tasks.deliver_alert``, retried by Celery). Webhooks are either Slack-compatible
@@ -37,8 +37,9 @@ def alert_rule_value(rule: AlertRule, *, now: datetime | None = None) -> tuple[f
 
     Rates are shares 0..1 of the window's calls (None with fewer than ``min_calls``: too
     few to judge); counts are calls; ``review_age`` and ``inbox_lag`` are seconds (0 when
-    nothing waits). The window is ``metrics.window(window_minutes)``: the whole UTC
-    hours holding the last ``window_minutes`` (up to an hour more), counted from the rollups."""
+    nothing waits). The window is ``metrics.covering_window(window_minutes)``: the whole
+    UTC hours holding the last ``window_minutes`` (up to an hour more), counted from the
+    rollups."""
     now = now or timezone.now()
     if rule.metric == AlertRule.Metric.REVIEW_AGE:
         from reviews.models import ReviewItem
@@ -58,7 +59,7 @@ def alert_rule_value(rule: AlertRule, *, now: datetime | None = None) -> tuple[f
             .first()
         )
         return ((now - oldest).total_seconds() if oldest else 0.0), 0
-    since, until = metrics.window(timedelta(minutes=rule.window_minutes), now=now)
+    since, until = metrics.covering_window(timedelta(minutes=rule.window_minutes), now=now)
     rows = CallRollup.objects.filter(project=rule.project, bucket__gte=since, bucket__lt=until)
     if rule.tool:
         rows = rows.filter(tool_name="" if rule.tool == metrics.NO_TOOL else rule.tool)

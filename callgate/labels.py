@@ -21,6 +21,28 @@ DECISIONS = {
     "settled": "Settled by a later event",
 }
 
+#: the provider formats a proposal arrives in (``callgate.schemas.Format``)
+FORMATS = {
+    "openai": "OpenAI",
+    "openai_responses": "OpenAI Responses",
+    "anthropic": "Anthropic",
+    "gemini": "Gemini",
+    "bedrock": "Bedrock",
+    "ollama": "Ollama",
+    "mcp": "MCP",
+    "plain": "plain JSON",
+}
+#: what an attempt's ``outcome`` means, as the end of "Attempt 2 …"
+OUTCOMES = {
+    "success": "succeeded",
+    "error": "failed",
+    "timeout": "timed out",
+    "connection_reset": "lost its connection",
+    "circuit_open": "was held back: circuit open",
+}
+#: a review item's priority (0 is the most urgent)
+PRIORITIES = {"0": "Urgent", "1": "High", "2": "Normal", "3": "Low"}
+
 TABLES: dict[str, dict[str, str]] = {
     "reason": dict(Reason.choices),
     "category": dict(Category.choices),
@@ -28,6 +50,9 @@ TABLES: dict[str, dict[str, str]] = {
     "state": dict(ToolCall.State.choices),
     "event": dict(CallEvent.Kind.choices),
     "decision": DECISIONS,
+    "format": FORMATS,
+    "outcome": OUTCOMES,
+    "priority": PRIORITIES,
 }
 #: what a blank value means, per kind
 BLANK = {"reason": "Not classified yet", "category": "Unclassified", "route": "No route yet"}
@@ -35,10 +60,10 @@ BLANK = {"reason": "Not classified yet", "category": "Unclassified", "route": "N
 
 def label(value: str | None, kind: str) -> str:
     """The human label of ``value`` (a slug of ``kind``: reason, category, route, state,
-    event, decision). An unknown slug reads as itself with underscores as spaces, so a value
+    event, decision, format, outcome, priority). An unknown slug reads as itself with underscores as spaces, so a value
     from a newer version still reads; a blank one as ``BLANK[kind]`` or "—". Raises
     ``KeyError`` for an unknown ``kind``."""
     table = TABLES[kind]
-    if not value:
+    if value is None or value == "":
         return BLANK.get(kind, "—")
-    return table.get(value) or str(value).replace("_", " ").capitalize()
+    return table.get(str(value)) or str(value).replace("_", " ").capitalize()

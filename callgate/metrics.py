@@ -6,10 +6,12 @@ The overview (``callgate.selectors``/``views``), the reports (``callgate.reports
 calls list the numbers link to, the CSV exports and the reports API all take their windows
 and sets from here, so a count means the same calls wherever it appears:
 
-- **Window.** "The last 24 hours" (or 7 days, …) is the whole UTC hours
-  ``[start of the hour 24 hours ago, end of the current hour)``: the rollups count by
-  creation hour (``callgate.reports.rollups``), so only whole hours can be counted from them
-  and matched exactly by the calls list (``metrics.window``).
+- **Window.** "The last 24 hours" (or 7 days, …) is 24 (or 168, …) whole UTC hours, the
+  last of them the current hour so far: ``[start of the hour 23 hours before the current
+  one, end of the current hour)``. The rollups count by creation hour
+  (``callgate.reports.rollups``), so only whole hours can be counted from them and matched
+  exactly by the calls list; the pages say the window they show ("since 17:00 yesterday,
+  this hour so far"), never more than the length they name (``metrics.window``).
 - **Not ok.** A call whose current category is neither ``ok`` nor ``empty_result`` and that
   has a category at all: a call still in flight (no classification yet) is not a failure.
 - **Unclassified.** A call with no category yet (in flight, or proposed and waiting).
@@ -25,6 +27,7 @@ lands on exactly the calls it counted.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 from django.db.models import Exists, OuterRef, Q
@@ -73,10 +76,24 @@ def hour_ceil(moment: datetime) -> datetime:
     return floor if floor == moment else floor + timedelta(hours=1)
 
 
+HOUR = timedelta(hours=1)
+
+
 def window(length: timedelta, *, now: datetime | None = None) -> tuple[datetime, datetime]:
-    """``(since, until)`` of "the last ``length``": the whole UTC hours from the one
-    ``length`` ago to the end of the current hour (``until`` exclusive), so the window holds
-    all of the last ``length`` and at most an hour more (on the hour: exactly ``length``)."""
+    """``(since, until)`` of "the last ``length``": ``length`` in whole UTC hours (rounded
+    up), ending with the current hour (``until`` exclusive, the end of the current hour).
+    So "the last 24 hours" is 24 hourly periods: it spans exactly 24 hours, of which the
+    current one has only run so far, and holds the calls of the last 23 to 24 hours, never
+    older ones. The pages show ``since`` beside the number."""
+    now = now or timezone.now()
+    hours = max(1, math.ceil(length / HOUR))
+    until = hour_floor(now) + HOUR
+    return until - hours * HOUR, until
+
+
+def covering_window(length: timedelta, *, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """The whole UTC hours holding all of the last ``length`` (up to an hour more): what an
+    alert rule judges, so a rule over "1 hour" always sees a full hour of calls."""
     now = now or timezone.now()
     return hour_floor(now - length), hour_ceil(now)
 

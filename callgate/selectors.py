@@ -426,8 +426,9 @@ REFUSED_SHOWN = 10
 
 def agents_with_keys(*, project: Project) -> list[Agent]:
     """The project's agents with ``api_keys`` (newest first) and ``tools`` prefetched and
-    ``calls_24h`` (calls created since the start of the UTC hour 24 hours ago, from the
-    rollups: as of their last refresh, and a read of at most 25 hours of rollup rows); from the inbox, ``pending_events`` (received, not applied yet),
+    ``calls_24h`` (calls of the last 24 whole UTC hours, this one so far, from the
+    rollups: as of their last refresh, a read of 24 hours of rollup rows); from the inbox,
+    ``pending_events`` (received, not applied yet),
     ``refused_count`` and ``refused`` (the newest ``REFUSED_SHOWN`` events the rules refused
     when applying them, kept until retention). Five queries. "24 hours" is the window of
     ``metrics.window`` (whole hours), as on the overview and the calls list's ``since=24h``."""

@@ -433,6 +433,28 @@ FORMATS: dict[str, Callable[[str, Any, str], dict]] = {
 # --------------------------------------------------------------------------- the fleet
 
 ROLES = ("support-bot", "shop-bot", "finance-bot", "legacy-bot")
+#: the tools each role registers and calls (an agent ``support-bot-2`` has its role's):
+#: support works tickets, the shop answers shoppers, finance pays out, and the legacy bot
+#: still runs its old catch-all tool beside two others it copied
+AGENT_TOOLS: dict[str, tuple[str, ...]] = {
+    "support-bot": (
+        "lookup_ticket",
+        "create_follow_up",
+        "escalate_ticket",
+        "tag_tickets",
+        "read_kb_article",
+    ),
+    "shop-bot": ("get_weather", "search_products"),
+    "finance-bot": ("issue_payout",),
+    "legacy-bot": ("do_stuff", "create_follow_up", "get_weather"),
+}
+
+
+def role_of(agent_name: str) -> str:
+    """The role of a demo agent's name (``support-bot-2`` → ``support-bot``)."""
+    return next((role for role in ROLES if agent_name.startswith(role)), ROLES[0])
+
+
 CITIES = ("Paris", "Lisbon", "Oslo", "Nairobi", "Osaka", "Lima", "Toronto", "Zagreb")
 QUERIES = (
     "usb-c cable",
@@ -518,7 +540,8 @@ class Fleet:
 
     # --- helpers
     def agent(self, role: str) -> CallgateClient:
-        names = [n for n in self.clients if n.startswith(role)] or list(self.clients)
+        # without an agent of the role, the first one (it registered the role's tools)
+        names = [n for n in self.clients if n.startswith(role)] or [next(iter(self.clients))]
         return self.clients[self.rng.choice(sorted(names))]
 
     def ids(self) -> tuple[str, str]:
@@ -1081,19 +1104,20 @@ class Fleet:
         client = self.agent("support-bot")
         rid, cid = self.ids()
         follow_up = self.follow_up_args()
+        ticket = follow_up["ticket_id"]
         blocks = [
-            ("get_weather", {"city": self.rng.choice(CITIES)}, f"{cid}_a"),
-            ("search_products", {"query": self.rng.choice(QUERIES)}, f"{cid}_a"),
+            ("lookup_ticket", {"ticket_id": ticket}, f"{cid}_a"),
+            ("read_kb_article", {"article_id": f"KB-{self.rng.randint(1, 9)}"}, f"{cid}_a"),
             ("create_follow_up", follow_up, f"{cid}_b"),
             ("create_follow_up", dict(follow_up), f"{cid}_c"),
         ]
         response = {
             "role": "assistant",
-            "content": [{"type": "text", "text": "Checking and scheduling."}]
+            "content": [{"type": "text", "text": "Checking the ticket and scheduling."}]
             + [as_anthropic(tool, arguments, call_id) for tool, arguments, call_id in blocks],
         }
         answers = client.check_turn("anthropic", response, request_id=rid)
-        tools = {"get_weather": self.weather, "create_follow_up": self.follow_up}
+        tools = {"lookup_ticket": self.lookup_ticket, "create_follow_up": self.follow_up}
         for (tool, arguments, _), answer in zip(blocks, answers, strict=True):
             if answer.verdict != "allow":
                 continue
@@ -1267,32 +1291,90 @@ def demo_setup(*, agents: int = 4) -> DemoSetup:
     )
 
 
+#: how far back a call still waiting on the agent or a clock may move (it stays current)
+WAITING_SHIFT_LIMIT = 600  # seconds
+#: states in which a call waits on the agent or a clock, not on a person
+WAITING_STATES = ("pending_approval", "allowed", "retry_wait", "reconciling")
+
+
 def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:
     """Demo data only: move the demo's calls (created at or after ``since``) back over the
-    last ``days`` days, so the reports show a history, then rebuild the project's rollups."""
+    last ``days`` days, so the reports show a history, then rebuild the project's rollups.
+
+    Everything that happened to a call moves with it by the same amount: its times, its
+    events, its review items and their audit trail (decisions included), so an item opened
+    for a call of this morning says it was opened this morning and "decided today" counts
+    only decisions made today. A call still waiting on the agent or a clock (an approval
+    running out, a retry due) moves back at most ``WAITING_SHIFT_LIMIT`` seconds, and never
+    past its approval's expiry: it is still current."""
     from datetime import timedelta
 
     from django.db import transaction
+    from django.db.models import F
+    from django.utils import timezone
 
     from callgate.models import CallEvent, ToolCall
     from callgate.reports.rollups import rollups_rebuild
+    from reviews.models import ReviewAudit, ReviewItem
 
+    now = timezone.now()
     calls = ToolCall.objects.filter(project=project)
     if since is not None:
         calls = calls.filter(created_at__gte=since)
+    call_times = ("created_at", "updated_at", "receipt_at", "deadline", "approval_expires_at")
+    call_times += ("reconcile_requested_at", "decided_at")
+    item_times = ("created_at", "updated_at", "claimed_at", "lease_expires_at")
+    item_times += ("approval_expires_at", "resolved_at")
     with transaction.atomic():
-        for call in calls.only("pk", "created_at", "updated_at").order_by("pk"):
-            shift = timedelta(seconds=rng.randint(0, days * 86400))
-            ToolCall.objects.filter(pk=call.pk).update(
-                created_at=call.created_at - shift, updated_at=call.updated_at - shift
+        for call in calls.only("pk", "state", "approval_expires_at").order_by("pk"):
+            seconds = rng.randint(0, days * 86400)
+            if call.state in WAITING_STATES:
+                limit = WAITING_SHIFT_LIMIT
+                if call.approval_expires_at is not None:
+                    left = (call.approval_expires_at - now).total_seconds() - 120
+                    limit = max(0, min(limit, int(left)))
+                seconds = min(seconds, limit)
+            shift = timedelta(seconds=seconds)
+            ToolCall.objects.filter(pk=call.pk).update(**{f: F(f) - shift for f in call_times})
+            CallEvent.objects.filter(call_id=call.pk).update(
+                occurred_at=F("occurred_at") - shift, received_at=F("received_at") - shift
             )
-            for event in CallEvent.objects.filter(call_id=call.pk).only(
-                "pk", "occurred_at", "received_at"
-            ):
-                CallEvent.objects.filter(pk=event.pk).update(
-                    occurred_at=event.occurred_at - shift, received_at=event.received_at - shift
-                )
+            ReviewItem.objects.filter(call_id=call.pk).update(
+                **{f: F(f) - shift for f in item_times}
+            )
+            # the trail is append-only for the product (AuditQuerySet); the demo moves a
+            # made-up history back in time as a whole, through the plain base manager
+            ReviewAudit._base_manager.filter(item__call_id=call.pk).update(
+                created_at=F("created_at") - shift
+            )
     rollups_rebuild(project_id=project.pk)
+
+
+def agent_tool_sets(agent_names: list[str]) -> dict[str, tuple[str, ...]]:
+    """The tools each of ``agent_names`` registers: its role's (``AGENT_TOOLS``); the first
+    agent also takes the tools of roles no agent has (a fleet of fewer than four agents),
+    as ``Fleet.agent`` hands it their episodes."""
+    sets = {name: AGENT_TOOLS[role_of(name)] for name in agent_names}
+    present = {role_of(name) for name in agent_names}
+    orphans = [t for role in ROLES if role not in present for t in AGENT_TOOLS[role]]
+    if agent_names and orphans:
+        first = agent_names[0]
+        sets[first] = sets[first] + tuple(t for t in orphans if t not in sets[first])
+    return sets
+
+
+def _forget_other_tools(project, tool_sets: dict[str, tuple[str, ...]]) -> None:
+    """Demo data only: drop the registrations of the fleet's agents outside their tool set
+    (earlier demo versions registered every tool for every agent), keeping the tools the
+    history gives them (``demo.history.TOOLS``)."""
+    from callgate.models import AgentTool
+    from demo.history import TOOLS
+
+    stale = AgentTool.objects.filter(agent__project=project, agent__name__in=list(tool_sets))
+    for tool in stale.select_related("agent"):
+        name = tool.agent.name
+        if tool.name not in tool_sets[name] and name not in TOOLS.get(tool.name, (0, ()))[1]:
+            tool.delete()
 
 
 def _fleet(
@@ -1326,9 +1408,11 @@ def _fleet(
         for name, key in setup.keys.items()
     }
     specs = contracts(f"{public_url.rstrip('/')}{SIMULATOR_PATH}")
-    for client in clients.values():
-        for name, spec in specs.items():
-            client.register_tool(name, **spec)
+    tool_sets = agent_tool_sets(list(clients))
+    for agent_name, client in clients.items():
+        for name in tool_sets[agent_name]:
+            client.register_tool(name, **specs[name])
+    _forget_other_tools(setup.project, tool_sets)
     operator = get_user_model().objects.get(username="operator")
     return Fleet(clients=clients, sim=sim, rng=rng, time_=time_, operator=operator, run_tag=run_tag)
 

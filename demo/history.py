@@ -15,7 +15,9 @@ hours, quiet nights), a weekly one (quiet weekends), slow growth, and three inci
   duplicates counted) and stops the loop (``loop_detected``, ``reask_exhausted``).
 
 Escalated and approval calls of the history were decided (review items resolved by the
-``operator`` user) so the review-health report has decisions and times to decision.
+``operator`` user, each opened at its call's time, with its audit trail) so the
+review-health report has decisions and times to decision. Each agent registers the tools it
+calls (``TOOLS``), and ``book_meeting``'s versions are scored by the contract linter.
 
 Every history call's operation ID starts with ``HISTORY_PREFIX``. ``demo_reset`` removes
 the demo project's calls (history and earlier fleet runs) so running the demo twice resets
@@ -33,8 +35,10 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from callgate.lint import lint_contract
 from callgate.models import (
     Agent,
+    AgentTool,
     ApiKey,
     CallEvent,
     CallRollup,
@@ -44,7 +48,15 @@ from callgate.models import (
     ToolCall,
     ToolContract,
 )
-from callgate.taxonomy import Category, Reason, Route, category_of, route_of
+from callgate.taxonomy import (
+    PROPOSAL_PRECEDENCE,
+    Category,
+    Reason,
+    Route,
+    category_of,
+    route_of,
+)
+from callgate_sdk.wire import REDACTED
 
 HISTORY_PREFIX = "hist-"
 DAYS = 30
@@ -172,19 +184,24 @@ def _contracts(project: Project, incidents: Incidents, start: datetime) -> dict:
         },
         "required": [*base["required"], "timezone"],
     }
+    description = "Book a meeting in the user's calendar."
     versions = {}
     for version, params, created in ((1, base, start), (2, changed, incidents.contract_change)):
-        versions[version], _ = ToolContract.objects.get_or_create(
+        # scored by the linter, as a registered contract is: the score and the findings the
+        # contract's page lists agree
+        report = lint_contract(name="book_meeting", description=description, parameters=params)
+        versions[version], _ = ToolContract.objects.update_or_create(
             project=project,
             name="book_meeting",
             version=version,
             defaults={
-                "description": "Book a meeting in the user's calendar.",
+                "description": description,
                 "parameters": params,
                 "effect": ToolContract.Effect.WRITE,
                 "idempotent": True,
                 "digest": uuid.uuid5(uuid.NAMESPACE_URL, f"book_meeting/{version}").hex * 2,
-                "lint_score": 88 if version == 1 else 74,
+                "lint_score": report.score,
+                "lint_findings": [f.as_dict() for f in report.findings],
                 "created_at": created,
             },
         )
@@ -242,7 +259,7 @@ def history_seed(
     from django.contrib.auth import get_user_model
 
     from callgate.reports.rollups import rollups_rebuild
-    from reviews.models import ReviewItem
+    from reviews.models import ReviewAudit, ReviewItem
 
     rng = random.Random(seed)
     now = now or timezone.now()
@@ -253,6 +270,17 @@ def history_seed(
     agents = {
         name: Agent.objects.get_or_create(project=project, name=name)[0] for name in agent_names
     }
+    for tool, (_, names) in TOOLS.items():  # each agent uses the tools it registered
+        for name in names:
+            registered, _ = AgentTool.objects.get_or_create(agent=agents[name], name=tool)
+            if (
+                name == names[0]
+                and not AgentTool.objects.filter(
+                    agent__project=project, name=tool, owner=True
+                ).exists()
+            ):
+                registered.owner = True
+                registered.save(update_fields=["owner"])
     operator = get_user_model().objects.filter(username="operator").first()
     result = HistoryResult()
     calls: list[ToolCall] = []
@@ -276,6 +304,9 @@ def history_seed(
                 at = hour + timedelta(seconds=rng.randrange(3600))
                 calls.append(_storm_call(rng, project, agents, contracts, at, result))
         hour += timedelta(hours=1)
+    for call in calls:  # the operator decided what the history's humans decided
+        if call.decision:
+            call.decided_by = operator
     with transaction.atomic():
         ToolCall.objects.bulk_create(calls, batch_size=1000)
         saved = {
@@ -290,9 +321,13 @@ def history_seed(
             if call.reason in ("reconciled_applied", "reconciled_absent", "not_reconcilable"):
                 events.append(_unknown_event(project, row, call))
             if call.decision:
-                items.append(_resolved_item(project, row, call, operator))
+                items.append((_resolved_item(project, row, call, operator), call))
         CallEvent.objects.bulk_create(events, batch_size=1000)
-        ReviewItem.objects.bulk_create(items, batch_size=1000)
+        ReviewItem.objects.bulk_create([item for item, _ in items], batch_size=1000)
+        ReviewAudit.objects.bulk_create(
+            [row for item, call in items for row in _item_trail(project, item, call)],
+            batch_size=1000,
+        )
     result.calls = len(calls)
     result.review_items = len(items)
     rollups_rebuild(project_id=project.pk)
@@ -305,7 +340,7 @@ _STATE_OF_ROUTE = {
     Route.RETRY: ToolCall.State.RETRY_WAIT,
     Route.RECONCILE: ToolCall.State.FAILED,
     Route.REASK: ToolCall.State.FAILED,
-    Route.DENY: ToolCall.State.REJECTED,
+    Route.DENY: ToolCall.State.FAILED,
     Route.STOP: ToolCall.State.FAILED,
     Route.REVIEW: ToolCall.State.FAILED,
 }
@@ -369,11 +404,23 @@ def _storm_call(rng, project, agents, contracts, at, result) -> ToolCall:
     return call
 
 
+#: reasons found at the gate, before anything ran (the proposal's own faults, and the
+#: approvals a human refused or let run out): the call was never attempted
+AT_THE_GATE = (
+    (set(PROPOSAL_PRECEDENCE) | {Reason.REASK_EXHAUSTED, Reason.APPROVAL_REJECTED})
+    - {Reason.DUPLICATE_SUPPRESSED, Reason.IDEMPOTENCY_MISMATCH}
+) | {Reason.APPROVAL_EXPIRED}
+
+
 def _build(rng, project, agent, contract, tool, reason, at, *, attempts) -> ToolCall:
     route = route_of(reason, idempotent=bool(contract and contract.idempotent))
     state = _STATE_OF_ROUTE[route]
-    if route == Route.RETRY:
-        state = ToolCall.State.RETRY_WAIT
+    at_gate = reason in AT_THE_GATE
+    if at_gate:
+        attempts = 0
+        # refused before it ran: "rejected at the gate" (an approval that ran out: failed)
+        if state == ToolCall.State.FAILED and reason != Reason.APPROVAL_EXPIRED:
+            state = ToolCall.State.REJECTED
     decision = ""
     decided_at = None
     if reason in DECISION_MIX:
@@ -382,18 +429,31 @@ def _build(rng, project, agent, contract, tool, reason, at, *, attempts) -> Tool
         state = (
             ToolCall.State.SUCCEEDED
             if decision in ("approve", "approve_retry", "mark_applied")
+            else ToolCall.State.REJECTED
+            if at_gate
             else ToolCall.State.FAILED
         )
     elif reason == Reason.APPROVAL_EXPIRED:
         decided_at = at + timedelta(minutes=15)
+    operation_id = f"{HISTORY_PREFIX}{uuid.UUID(int=rng.getrandbits(128)).hex}"
     return ToolCall(
         project=project,
         agent=agent,
-        operation_id=f"{HISTORY_PREFIX}{uuid.UUID(int=rng.getrandbits(128)).hex}",
+        operation_id=operation_id,
         request_id=f"req-h{rng.getrandbits(32):08x}",
         tool_name=tool,
         contract=contract,
-        arguments={},
+        arguments=_arguments(
+            tool,
+            at,
+            operation_id,
+            # book_meeting v2 wants a time zone; the calls that forgot it failed on arguments
+            with_timezone=bool(
+                contract
+                and contract.version >= 2
+                and category_of(reason) != Category.ARGUMENT_ERROR
+            ),
+        ),
         state=state,
         reason=reason,
         category=category_of(reason),
@@ -404,6 +464,46 @@ def _build(rng, project, agent, contract, tool, reason, at, *, attempts) -> Tool
         created_at=at,
         updated_at=decided_at or at,
     )
+
+
+def _arguments(tool: str, at: datetime, operation_id: str, *, with_timezone: bool) -> dict:
+    """Arguments of the kind the demo's agents send to ``tool`` (drawn from their own
+    generator seeded by the operation ID, so the traffic above stays the same); the payout's
+    IBAN is redacted as ingest redacts a sensitive field."""
+    rng = random.Random(operation_id)
+    ticket = f"T-{rng.randint(1, 480)}"
+    due = (at + timedelta(days=rng.randint(1, 6))).replace(minute=0, second=0, microsecond=0)
+    when = due.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "lookup_ticket": lambda: {"ticket_id": ticket},
+        "create_follow_up": lambda: {
+            "ticket_id": ticket,
+            "assignee_id": f"u-{rng.randint(1, 40)}",
+            "due_at": when,
+        },
+        "escalate_ticket": lambda: {
+            "ticket_id": ticket,
+            "assignee_id": f"u-{rng.randint(41, 48)}",
+            "due_at": when,
+        },
+        "get_weather": lambda: {"city": rng.choice(("Paris", "Lisbon", "Oslo", "Osaka", "Lima"))},
+        "search_products": lambda: {
+            "query": rng.choice(("standing desk", "usb-c hub", "desk lamp", "office chair")),
+            "num_results": rng.randint(1, 10),
+        },
+        "issue_payout": lambda: {
+            "customer_id": f"C-{rng.randint(1, 300)}",
+            "amount_cents": rng.randint(5, 900) * 100,
+            "iban": REDACTED,
+        },
+        "book_meeting": lambda: {
+            "attendee": f"customer{rng.randint(1, 300)}@example.com",
+            "starts_at": when,
+            "minutes": rng.choice([15, 30, 60]),
+            **({"timezone": "Europe/Paris"} if with_timezone else {}),
+        },
+        "do_stuff": lambda: {"x": "reindex", "y": rng.choice(["all", "tickets"])},
+    }.get(tool, dict)()
 
 
 def _unknown_event(project, row: ToolCall, call: ToolCall) -> CallEvent:
@@ -438,3 +538,36 @@ def _resolved_item(project, row: ToolCall, call: ToolCall, operator):
         created_at=call.created_at,
         updated_at=call.decided_at,
     )
+
+
+def _item_trail(project, item, call: ToolCall):
+    """The audit trail of a history item: opened by callgate when its call needed a human,
+    then decided by the operator."""
+    from reviews.models import ReviewAudit, ReviewItem
+
+    call_state = (
+        ToolCall.State.PENDING_APPROVAL
+        if item.kind == ReviewItem.Kind.APPROVAL
+        else ToolCall.State.IN_REVIEW
+    )
+    opened = ReviewAudit(
+        project=project,
+        item=item,
+        action=ReviewAudit.Action.OPENED,
+        state_after=ReviewItem.Status.OPEN,
+        call_state_after=call_state,
+        reason=item.reason,
+        created_at=item.created_at,
+    )
+    decided = ReviewAudit(
+        project=project,
+        item=item,
+        actor=item.resolved_by,
+        action=item.resolution,
+        state_before=ReviewItem.Status.OPEN,
+        state_after=item.status,
+        call_state_before=call_state,
+        call_state_after=call.state,
+        created_at=item.resolved_at or item.updated_at,
+    )
+    return [opened, decided]

@@ -19,7 +19,8 @@ OVERVIEW_WINDOW = timedelta(hours=24)
 
 
 def overview_filters(*, now: datetime | None = None) -> ReportFilters:
-    """The overview's window as report filters: the last 24 whole UTC hours, by hour."""
+    """The overview's window as report filters: 24 whole UTC hours ending with the current
+    one (``metrics.window``), by hour."""
     since, until = metrics.window(OVERVIEW_WINDOW, now=now)
     return ReportFilters(since=since, until=until, granularity="hour")
 
@@ -61,7 +62,7 @@ RISING_SHOWN = 5
 
 
 def trend_filters(*, now: datetime | None = None) -> ReportFilters:
-    """The last 7 whole days up to the end of the current hour, by day."""
+    """7 × 24 whole UTC hours ending with the current one (``metrics.window``), by day."""
     since, until = metrics.window(TREND_WINDOW, now=now)
     return ReportFilters(since=since, until=until, granularity="day")
 

@@ -916,8 +916,11 @@ def _report_page(request: HttpRequest, section: str) -> HttpResponse:
                 card["chart"] for card in cards if card.get("chart") and not card.get("empty")
             ],
             "sections": _sections(project, params),
-            "since_local": f.since.strftime("%Y-%m-%dT%H:%M"),
-            "until_local": f.until.strftime("%Y-%m-%dT%H:%M"),
+            # 24-hour text in UTC; reports.js shows it in the browser's time zone
+            "since_text": f.since.strftime("%Y-%m-%d %H:%M"),
+            "until_text": f.until.strftime("%Y-%m-%d %H:%M"),
+            "since_iso": iso(f.since),
+            "until_iso": iso(f.until),
             "presets": _presets(request, params),
             "title": dict((k, label) for k, label, _ in SECTIONS)[section],
         }

@@ -157,53 +157,62 @@ def percent(value: float | None, digits: int = 1) -> str:
     return f"{value * 100:.{digits}f} %"
 
 
+#: how an attempt's ``sent`` reads when it did not succeed
+_SENT = {True: "after it was sent", False: "before it was sent", None: "(sent or not: unknown)"}
+
+
 @register.filter
 def event_summary(event) -> str:
-    """A short line saying what a CallEvent's body says, in plain words."""
+    """What a CallEvent's body says, as a sentence for people ("Proposed in OpenAI
+    format", "Attempt 2 timed out after it was sent · HTTP 504"); the codes stay in the
+    API and the body."""
     body = event.body if isinstance(event.body, dict) else {}
     kind = event.kind
     if kind == "proposed":
         fmt = body.get("format") or ""
-        return f"proposed ({fmt})" if fmt else "proposed"
+        return f"Proposed in {labels.label(fmt, 'format')} format" if fmt else "Proposed"
     if kind == "attempt":
         n = body.get("attempt")
-        parts = [f"attempt {n}" if n else "attempt", str(body.get("outcome") or "?")]
+        outcome = body.get("outcome")
+        head = f"Attempt {n}" if n else "Attempt"
+        head += f" {labels.label(outcome, 'outcome')}" if outcome else ": outcome not reported"
+        if outcome not in (None, "success", "circuit_open"):
+            head += " " + _SENT.get(body.get("sent"), "")
+        parts = [head]
         if body.get("http_status"):
             parts.append(f"HTTP {body['http_status']}")
         rpc = body.get("jsonrpc_error")
         if isinstance(rpc, dict) and rpc.get("code") is not None:
-            parts.append(f"JSON-RPC {rpc['code']}")
-        sent = body.get("sent")
-        if body.get("outcome") not in (None, "success"):
-            parts.append(
-                {True: "after send", False: "before send", None: "sent unknown"}.get(sent, "")
-            )
+            parts.append(f"JSON-RPC error {rpc['code']}")
         if body.get("error"):
             parts.append(str(body["error"])[:120])
         return " · ".join(p for p in parts if p)
     if kind == "denied":
-        return f"denied: {body.get('reason') or 'no reason given'}"
+        return f"Denied: {body.get('reason') or 'no reason given'}"
     if kind == "reconciled":
         found, matches = body.get("found"), body.get("matches")
         if found is None:
-            return "reconciled: the look-up could not tell"
+            detail = body.get("detail") if isinstance(body.get("detail"), dict) else {}
+            why = f" ({detail['detail']})" if detail.get("detail") else ""
+            return f"Reconciled: the look-up could not tell{why}"
         if not found:
-            return "reconciled: not found in the target"
+            return "Reconciled: not found in the target"
         return (
-            "reconciled: found, arguments match"
+            "Reconciled: found in the target, arguments match"
             if matches
-            else "reconciled: found, arguments differ"
+            else "Reconciled: found in the target, arguments differ"
         )
     if kind == "receipt":
-        return "receipt from the target"
+        return "Receipt from the target"
     if kind == "decision":
         reason = body.get("reason")
-        return f"decision: {body.get('decision', '?')}" + (f" ({reason})" if reason else "")
+        decision = labels.label(body.get("decision"), "decision")
+        return f"Decision: {decision}" + (f" (“{reason}”)" if reason else "")
     if kind == "approval_expired":
-        return "approval timed out"
+        return "Approval timed out"
     if kind == "deadline_passed":
-        return "deadline passed: no more retries"
-    return kind
+        return "Deadline passed: no more retries"
+    return labels.label(kind, "event")
 
 
 @register.filter

@@ -8,10 +8,11 @@ from __future__ import annotations
 import csv
 import io
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from html import unescape
 from urllib.parse import urlparse
 
+from django.test import SimpleTestCase
 from django.utils import timezone
 
 from callgate import metrics
@@ -230,6 +231,58 @@ class NumbersAgreeTests(BaseTestCase):
             for href, n in links:
                 assert self.listed(unescape(href)) == int(n.replace(",", "")), (path, href)
             assert "tool=%28none%29" in html or path != "/p/acme/reports/tools/"
+
+    def test_the_last_24_hours_are_24_whole_hours_up_to_now_and_say_so(self):
+        now = timezone.now()
+        assert self.until - self.since == timedelta(hours=24)
+        # never older than 24 hours, and all of the last 23
+        assert now - timedelta(hours=24) < self.since <= now - timedelta(hours=23)
+        html = self.client.get("/p/acme/").content.decode()
+        shown = re.search(
+            r"Last 24 hours: <span data-window[^>]*><time datetime=\"([^\"]+)\"", html
+        )
+        assert shown and shown.group(1) == self.since.isoformat()
+        assert "– now</span>" in html
+        # the calls list's "24h", the agents page and the reports' "24 h" preset: the same
+        total = self.overview_numbers()["total"][0]
+        assert self.listed("/p/acme/calls/?since=24h") == total
+        agents = self.client.get("/p/acme/agents/").context["agents"]
+        assert sum(a.calls_24h for a in agents) == total
+        reports = self.client.get("/p/acme/reports/").content.decode()
+        preset = re.search(r'href="(\?[^"]+)"[^>]*>24 h</a>', reports)
+        assert preset, "no 24 h preset"
+        query = unescape(preset.group(1))
+        assert f"since={metrics_iso(self.since)}".replace(":", "%3A") in query
+        page = self.client.get("/p/acme/reports/" + query)
+        assert page.context["f"].since == self.since and page.context["f"].until == self.until
+        assert sum(self.category_totals_from_csv().values()) == total
+
+
+class WindowTests(SimpleTestCase):
+    """``metrics.window``: "the last N hours" is N whole UTC hours ending with the current
+    one; ``covering_window`` (alert rules) holds all of the last N hours."""
+
+    def at(self, hour, minute=0):
+        return datetime(2026, 11, 30, hour, minute, tzinfo=UTC)
+
+    def test_it_is_exactly_the_length_in_whole_hours_ending_with_this_hour(self):
+        now = self.at(17, 42)
+        since, until = metrics.window(timedelta(hours=24), now=now)
+        assert (since, until) == (self.at(18) - timedelta(days=1), self.at(18))
+        assert until - since == timedelta(hours=24)
+        on_the_hour = metrics.window(timedelta(hours=24), now=self.at(17))
+        assert on_the_hour == (self.at(18) - timedelta(days=1), self.at(18))
+        week = metrics.window(timedelta(days=7), now=now)
+        assert week[1] - week[0] == timedelta(days=7) and week[1] == self.at(18)
+        # a length that is no whole number of hours is rounded up to one
+        assert metrics.window(timedelta(minutes=90), now=now) == (self.at(16), self.at(18))
+        assert metrics.window(timedelta(minutes=5), now=now) == (self.at(17), self.at(18))
+
+    def test_the_covering_window_of_alerts_holds_all_of_the_last_length(self):
+        now = self.at(17, 42)
+        since, until = metrics.covering_window(timedelta(hours=1), now=now)
+        assert (since, until) == (self.at(16), self.at(18))
+        assert since <= now - timedelta(hours=1) and until >= now
 
 
 def metrics_iso(moment) -> str:

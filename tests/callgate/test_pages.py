@@ -318,7 +318,10 @@ class CallDetailTests(BaseTestCase):
         response = self.client.get(self.url())
         assert [e.kind for e in response.context["events"]] == ["proposed", "attempt"]
         body = response.content.decode()
-        assert "attempt 1 · timeout · after send" in body
+        # sentences for people, not the body's codes
+        assert "Attempt 1 timed out after it was sent" in body
+        assert "Proposed in Anthropic format" in body
+        assert "(anthropic)" not in body and "· timeout" not in body
         assert "data-local" in body
 
     def test_it_links_the_open_review_item_when_there_is_one(self):

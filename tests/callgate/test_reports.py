@@ -574,7 +574,9 @@ class ReportFindingsTests(ReportFixture):
             response = self.client.get(f"/p/acme/reports/{page}")
             content = response.content.decode()
             assert (
-                f'data as of <time datetime="{reports.iso(moment)}">00:07 UTC</time>' in content
+                # UTC until callgate.js shows it in the browser's time zone
+                f'data as of <time datetime="{reports.iso(moment)}" data-local>00:07 UTC</time>'
+                in content
             ), page
         # a full rebuild counts as a refresh too
         rollups_rebuild()

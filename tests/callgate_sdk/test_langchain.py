@@ -198,7 +198,7 @@ class LangChainTests(TransactionTestCase):
         call = ToolCall.objects.get(project=self.project, tool_name="issue_refund")
         assert call.state == ToolCall.State.SUCCEEDED
         page = self.page_text(f"/p/{self.project.slug}/calls/{call.operation_id}/")
-        assert "Decision · Operator Approved → Allowed decision: approve" in page
+        assert "Decision · Operator Approved → Allowed Decision: Approved" in page
 
     def test_the_callback_handler_reports_tools_that_are_not_gated(self):
         client = self.make_client()

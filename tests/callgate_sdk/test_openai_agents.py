@@ -199,7 +199,7 @@ class OpenAIAgentsTests(OwnPorts, LiveServerTestCase):
         assert item.resolved_by == self.operator and item.resolution == "approve"
         page = self.page_text(f"/p/{self.project.slug}/calls/{call.operation_id}/")
         assert Reason.APPROVAL_GRANTED.label in page
-        assert "Decision · Operator Approved → Allowed decision: approve" in page
+        assert "Decision · Operator Approved → Allowed Decision: Approved" in page
 
     def approve_waiting_call(self) -> str:
         """The operator approves in callgate's review queue (in a worker thread: its own
