@@ -11,6 +11,7 @@ incoming-webhook JSON (``{"text": …}``) or the signed callgate webhook of
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from datetime import datetime, timedelta
@@ -104,7 +105,7 @@ def describe(rule: AlertRule) -> str:
     scope = []
     if rule.tool:
         scope.append(f"tool {rule.tool}")
-    if rule.agent_id:
+    if rule.agent:
         scope.append(f"agent {rule.agent.name}")
     if scope:
         what += f" ({', '.join(scope)})"
@@ -134,6 +135,7 @@ def alert_rule_evaluate(rule: AlertRule, *, now: datetime | None = None) -> Aler
         locked.save(update_fields=["last_value", "last_evaluated_at", "state"])
         if kind is None:
             return None
+        assert value is not None  # the state moves only on a measured value
         event = AlertEvent.objects.create(
             project_id=locked.project_id,
             rule=locked,
@@ -164,7 +166,7 @@ def alert_rule_evaluate(rule: AlertRule, *, now: datetime | None = None) -> Aler
         from alerts.tasks import deliver_alert
 
         for delivery in deliveries:
-            transaction.on_commit(lambda pk=delivery.pk: deliver_alert.delay(pk))
+            transaction.on_commit(functools.partial(deliver_alert.delay, delivery.pk))
     rule.state, rule.last_value, rule.last_evaluated_at = locked.state, value, now
     return event
 

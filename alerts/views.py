@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, HttpResponse
+from typing import TYPE_CHECKING, TypedDict, cast
+
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -11,9 +13,24 @@ from alerts.forms import AlertRuleForm
 from alerts.models import AlertEvent, AlertRule
 from callgate.access import ProjectRequest, Role, project_view
 
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
-def _rules_page(request: HttpRequest, *, form=None, editing=None, status: int = 200):
-    rules = list(AlertRule.objects.filter(project=request.project).select_related("agent"))
+
+class _RuleTexts(TypedDict):
+    """What the rules page sets on each rule for its table."""
+
+    condition: str
+    value_text: str
+    threshold_text: str
+    clear_text: str
+
+
+def _rules_page(request: ProjectRequest, *, form=None, editing=None, status: int = 200):
+    rules = cast(  # each rule gets its texts below
+        "list[WithAnnotations[AlertRule, _RuleTexts]]",
+        list(AlertRule.objects.filter(project=request.project).select_related("agent")),
+    )
     for rule in rules:
         rule.condition = services.describe(rule)
         rule.value_text = services.format_value(rule, rule.last_value)

@@ -548,7 +548,8 @@ def _marker(node: Mapping) -> bool:
 
 def _marker_failure(node: Mapping, source: str) -> Failure:
     """The status, JSON-RPC code and text an error marker reports."""
-    error = node.get("error") if isinstance(node.get("error"), Mapping) else {}
+    raw_error = node.get("error")
+    error: Mapping = raw_error if isinstance(raw_error, Mapping) else {}
     status, code = None, None
     for container, key in [(error, k) for k in _CODE_KEYS] + [(node, k) for k in _CODE_KEYS]:
         http, rpc = _numeric_code(container.get(key))
@@ -594,7 +595,9 @@ def _partial(node: Mapping, source: str) -> Cause | None:
     """A batch result that reports failed items: ``PARTIAL`` beside evidence of success,
     else (every item failed) the cause its items' messages name. Without a failed list, the
     items of a success list that carry an error marker of their own are the failed ones."""
-    failed = next((node[k] for k in _FAILED_LISTS if isinstance(node.get(k), list) and node[k]), [])
+    failed: list = next(
+        (node[k] for k in _FAILED_LISTS if isinstance(node.get(k), list) and node[k]), []
+    )
     failed_count = max([_count(node.get(k)) or 0 for k in _FAILED_COUNTS] + [len(failed)])
     if not failed_count:
         return None

@@ -692,6 +692,7 @@ def _attempt_event(span: SpanView, tool: ToolSpan, *, request_id: str) -> dict:
         http_status = None
     named_status = bool(error_type and HTTP_ERROR.fullmatch(error_type))
     if named_status:
+        assert error_type is not None  # named_status: error_type names an HTTP status
         http_status = http_status or int(error_type)
     failed = span.failed or bool(error_type) or tool.jsonrpc is not None
     texts: list[str] = []

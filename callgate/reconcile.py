@@ -32,7 +32,7 @@ import ipaddress
 import json
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -173,7 +173,9 @@ def lookup_refusal(url: str) -> str | None:
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         addresses = {
-            info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
+            # an IP address as text: TCP look-ups answer AF_INET and AF_INET6 addresses only
+            cast(str, info[4][0])
+            for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
         }
     except (OSError, ValueError, UnicodeError):
         return None

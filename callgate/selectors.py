@@ -6,6 +6,7 @@ import base64
 import binascii
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum, Window
 from django.db.models.functions import Coalesce, RowNumber
@@ -24,6 +25,9 @@ from callgate.models import (
 )
 from callgate.taxonomy import Category
 from reviews.models import ReviewItem
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 
 def open_review_count(*, project: Project) -> int:
@@ -377,10 +381,21 @@ def contracts_latest(*, project: Project) -> list[dict]:
     return out
 
 
-def contract_versions(*, project: Project, name: str) -> list[ToolContract]:
+class ContractCalls(TypedDict):
+    """What ``contract_versions`` sets on each version."""
+
+    n_calls: int
+
+
+def contract_versions(
+    *, project: Project, name: str
+) -> list[WithAnnotations[ToolContract, ContractCalls]]:
     """Every version of one tool's contract, newest first, each with ``n_calls`` (from the
     rollups, as of their last refresh)."""
-    versions = list(ToolContract.objects.filter(project=project, name=name).order_by("-version"))
+    versions = cast(  # each version gets its n_calls below
+        "list[WithAnnotations[ToolContract, ContractCalls]]",
+        list(ToolContract.objects.filter(project=project, name=name).order_by("-version")),
+    )
     counts = dict(
         CallRollup.objects.filter(project=project, contract__in=versions)
         .values("contract_id")
@@ -424,7 +439,16 @@ def contract_as_input(contract: ToolContract) -> dict:
 REFUSED_SHOWN = 10
 
 
-def agents_with_keys(*, project: Project) -> list[Agent]:
+class AgentActivity(TypedDict):
+    """What ``agents_with_keys`` sets on each agent."""
+
+    calls_24h: int
+    pending_events: int
+    refused_count: int
+    refused: list[InboxEvent]
+
+
+def agents_with_keys(*, project: Project) -> list[WithAnnotations[Agent, AgentActivity]]:
     """The project's agents with ``api_keys`` (newest first) and ``tools`` prefetched and
     ``calls_24h`` (calls of the last 24 whole UTC hours, this one so far, from the
     rollups: as of their last refresh, a read of 24 hours of rollup rows); from the inbox,
@@ -440,13 +464,16 @@ def agents_with_keys(*, project: Project) -> list[Agent]:
         .order_by()
         .values_list("agent_id", "n")
     )
-    agents = list(
-        Agent.objects.filter(project=project)
-        .prefetch_related(
-            Prefetch("api_keys", queryset=ApiKey.objects.order_by("revoked_at", "-created_at")),
-            Prefetch("tools", queryset=AgentTool.objects.order_by("name")),
-        )
-        .order_by("name")
+    agents = cast(  # each agent gets its activity below
+        "list[WithAnnotations[Agent, AgentActivity]]",
+        list(
+            Agent.objects.filter(project=project)
+            .prefetch_related(
+                Prefetch("api_keys", queryset=ApiKey.objects.order_by("revoked_at", "-created_at")),
+                Prefetch("tools", queryset=AgentTool.objects.order_by("name")),
+            )
+            .order_by("name")
+        ),
     )
     counts = {
         (row["agent_id"], row["status"]): row["n"]

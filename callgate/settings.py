@@ -64,7 +64,7 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def env_database(name: str, default: str) -> dict:
+def env_database(name: str, default: str) -> dj_database_url.DBConfig:
     """A database URL (``postgres://…``, ``sqlite:///path``) parsed by dj-database-url."""
     raw = os.getenv(name) or default
     if "://" not in raw:

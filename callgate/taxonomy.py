@@ -8,7 +8,7 @@ depends on the contract: ``retry`` when the target is idempotent, else ``review`
 from __future__ import annotations
 
 from enum import EnumMeta, StrEnum
-from typing import Any
+from typing import Self
 
 
 class ChoicesType(EnumMeta):
@@ -35,7 +35,7 @@ class Choices(StrEnum, metaclass=ChoicesType):
 
     _label: str
 
-    def __new__(cls, value: str, label: str | None = None) -> Any:
+    def __new__(cls, value: str, label: str | None = None) -> Self:
         member = str.__new__(cls, value)
         member._value_ = value
         member._label = label or value.replace("_", " ").capitalize()

@@ -20,6 +20,11 @@ from callgate.auth import AgentPrincipal
 class _Throttle(SimpleRateThrottle):
     """Records its limit, remaining requests and reset time on the request for the headers."""
 
+    # set by SimpleRateThrottle.__init__ from parse_rate (ints whenever ``rate`` is set);
+    # drf-stubs does not declare them
+    num_requests: int
+    duration: int
+
     def allow_request(self, request, view) -> bool:
         allowed = super().allow_request(request, view)
         if self.rate is not None and getattr(self, "key", None):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -224,7 +225,7 @@ def calls(request: ProjectRequest) -> HttpResponse:
     newest = max([row.id for row in page.rows] + [seen or 0])
     live = before is None and after is None
     query = _query(request.GET)
-    context = {
+    context: dict[str, Any] = {
         "page": page,
         "seen": seen,
         "newest_id": newest,
@@ -339,7 +340,7 @@ def contract_detail(request: ProjectRequest, name: str) -> HttpResponse:
 
 
 def _contract_page(
-    request: HttpRequest, name: str, *, draft: str = "", error: str = "", status: int = 200
+    request: ProjectRequest, name: str, *, draft: str = "", error: str = "", status: int = 200
 ) -> HttpResponse:
     versions = selectors.contract_versions(project=request.project, name=name)
     if not versions:
@@ -428,7 +429,7 @@ def _contract_changes(contract, previous) -> list[str]:
 
 
 def _agents_page(
-    request: HttpRequest, *, issued=None, error: str = "", status: int = 200
+    request: ProjectRequest, *, issued=None, error: str = "", status: int = 200
 ) -> HttpResponse:
     response = render(
         request,

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from callgate_sdk import CallgateClient, RetryPolicy, RunResult, SelfCorrector, ToolFailure
+from callgate_sdk.models import Format
 from demo.simulator import (
     DEMO_TENANTS,
     SIMULATOR_PATH,
@@ -548,14 +549,14 @@ class Fleet:
         self.counter += 1
         return f"{self.run_tag}-req-{self.counter}", f"call_{self.run_tag}_{self.counter}"
 
-    def fmt(self) -> str:
+    def fmt(self) -> Format:
         return self.rng.choice(
             ["openai", "openai", "anthropic", "gemini", "mcp", "openai_responses"]
         )
 
     def proposal(
-        self, tool: str, arguments: Any, call_id: str, fmt: str | None = None
-    ) -> tuple[str, dict]:
+        self, tool: str, arguments: Any, call_id: str, fmt: Format | None = None
+    ) -> tuple[Format, dict]:
         fmt = fmt or self.fmt()
         if isinstance(arguments, str) and fmt not in ("openai", "openai_responses"):
             fmt = "openai"
@@ -602,7 +603,7 @@ class Fleet:
         execute,
         *,
         model: ScriptedModel | None = None,
-        fmt: str | None = None,
+        fmt: Format | None = None,
         operation_id: str | None = None,
         request_id: str | None = None,
         wait_limit: float = 30,
@@ -610,7 +611,7 @@ class Fleet:
         client = self.agent(role)
         rid, cid = self.ids()
         fmt, call = self.proposal(tool, arguments, cid, fmt)
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(
             request_id=request_id or rid,
             wait_limit=wait_limit,
             actor=f"user-{self.rng.randint(1, 9)}",

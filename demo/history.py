@@ -31,6 +31,7 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -163,10 +164,10 @@ def demo_reset(*, project: Project) -> int:
 
 def _contracts(project: Project, incidents: Incidents, start: datetime) -> dict:
     """The latest contract per tool, and ``book_meeting`` v1 / v2 (the contract change)."""
-    latest = {}
+    latest: dict[str, ToolContract] = {}
     for contract in ToolContract.objects.filter(project=project).order_by("name", "-version"):
         latest.setdefault(contract.name, contract)
-    base = {
+    base: dict[str, Any] = {
         "type": "object",
         "properties": {
             "attendee": {"type": "string", "description": "Email of the person to meet."},
@@ -526,6 +527,7 @@ def _resolved_item(project, row: ToolCall, call: ToolCall, operator):
     from reviews.models import ReviewItem
 
     approval = call.category == Category.APPROVAL
+    assert call.decided_at is not None  # history calls with a decision have its time
     return ReviewItem(
         project=project,
         call_id=row.pk,

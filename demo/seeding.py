@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from django.contrib.auth import get_user_model
 from django.db import connection, models, transaction
@@ -48,7 +49,7 @@ from callgate.signals import project_config_bump
 
 AGENTS = 10
 #: (name, effect, reconcilable, requires approval): 20 tools, reads first (called most).
-TOOLS: list[tuple[str, str, bool, bool]] = [
+TOOLS: list[tuple[str, Literal["read", "write"], bool, bool]] = [
     ("search_orders", "read", False, False),
     ("get_customer", "read", False, False),
     ("get_order", "read", False, False),
@@ -296,6 +297,7 @@ def _select_list(model, special: dict[str, str], *, alias: str = "t") -> tuple[s
     cols, exprs = [], []
     for field in _columns(model):
         col = field.column
+        assert col is not None  # a concrete field has a column
         cols.append(col)
         if col in special:
             exprs.append(special[col])

@@ -383,6 +383,7 @@ class SimulatorService:
             ticket, refused = self._ticket_for(tenant, request["ticket_id"])
             if refused is not None:
                 return refused
+            assert ticket is not None  # _ticket_for answers one or the other
             if ticket["status"] == "closed":
                 return SimResponse.json(409, {"error": f"ticket {ticket['id']} is closed"})
             self._follow_up_seq += 1
@@ -479,6 +480,7 @@ class SimulatorService:
             ticket, refused = self._ticket_for(tenant, ticket_id)
             if refused is not None:
                 return refused
+            assert ticket is not None  # _ticket_for answers one or the other
             return SimResponse.json(200, dict(ticket))
 
     def _control(self, method: str, path: str, body: bytes) -> SimResponse:

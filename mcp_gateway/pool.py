@@ -33,6 +33,7 @@ from mcp import ClientSession, McpError, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+from mcp.shared.message import SessionMessage
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,8 @@ class UpstreamConnection:
             return self._session
 
     async def _connect(self) -> None:
-        ready, problem = anyio.Event(), []
+        ready = anyio.Event()
+        problem: list[str] = []
         self._tg.start_soon(self._hold, ready, problem)
         with anyio.move_on_after(CONNECT_TIMEOUT):
             await ready.wait()
@@ -134,7 +136,9 @@ class UpstreamConnection:
             async with AsyncExitStack() as stack:
                 streams = await stack.enter_async_context(self._transport())
                 read, write = streams[0], streams[1]
-                relay_in, relay_out = anyio.create_memory_object_stream(100)
+                relay_in, relay_out = anyio.create_memory_object_stream[SessionMessage | Exception](
+                    100
+                )
                 tg = await stack.enter_async_context(anyio.create_task_group())
 
                 async def relay() -> None:

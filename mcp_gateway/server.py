@@ -182,6 +182,7 @@ class Gateway:
             self._refreshed = time.monotonic()
 
     def _publish(self, spec: UpstreamSpec, tools: list[dict], names: dict[str, str]) -> list:
+        assert spec.pk is not None  # the gateway's upstreams are Upstream rows
         return services.tools_publish(upstream_id=spec.pk, tools=tools, names=names)
 
     # --- MCP handlers ---------------------------------------------------------------------
@@ -424,6 +425,7 @@ def _attempt_event(op: str, request_id: str | None, outcome: Outcome) -> Attempt
     """The attempt event of one upstream call (``shared/cases/README.md`` "attempt")."""
     fields: dict[str, Any] = {"sent": True, "outcome": "success"}
     if outcome.kind == "result":
+        assert outcome.result is not None  # a "result" outcome carries it
         fields.update(
             result=outcome.result.model_dump(mode="json", by_alias=True, exclude_none=True),
             result_format="mcp",

@@ -16,6 +16,8 @@ and an admin's ``Upstream.tool_overrides`` win over all three.
 from __future__ import annotations
 
 import shlex
+from datetime import datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
@@ -125,7 +127,7 @@ def contract_for_tool(tool: dict, overrides: dict | None = None) -> ContractIn:
     ``ValidationError`` for a tool whose fields do not fit a contract."""
     annotations = tool.get("annotations") or {}
     read_only = annotations.get("readOnlyHint") is True
-    fields = {
+    fields: dict[str, Any] = {
         "effect": "read" if read_only else "write",
         "idempotent": annotations.get("idempotentHint") is True,
         "requires_approval": not read_only and annotations.get("destructiveHint") is True,
@@ -211,7 +213,10 @@ def agent_tools_join(*, agent: Agent, contracts: dict[str, ContractIn]) -> None:
 def upstream_health(*, upstream_id: int, up: bool, error: str = "") -> None:
     """Record a contact with the upstream: ``up`` (seen now) or down with ``error``."""
     now = timezone.now()
-    fields = {"status": Upstream.Status.UP if up else Upstream.Status.DOWN, "updated_at": now}
+    fields: dict[str, str | datetime] = {
+        "status": Upstream.Status.UP if up else Upstream.Status.DOWN,
+        "updated_at": now,
+    }
     if up:
         fields["last_seen_at"] = now
     if error:

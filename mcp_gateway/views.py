@@ -4,8 +4,9 @@ error; project admins add and change upstreams (target, timeout, per-tool overri
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -13,9 +14,21 @@ from callgate.access import ProjectRequest, Role, project_view
 from mcp_gateway import services
 from mcp_gateway.models import Upstream
 
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
-def _page(request: HttpRequest, *, status: int = 200, error: str = "", form: dict | None = None):
-    upstreams = list(Upstream.objects.filter(project=request.project))
+
+class _OverridesText(TypedDict):
+    """What the gateway page sets on each upstream for its form."""
+
+    overrides_json: str
+
+
+def _page(request: ProjectRequest, *, status: int = 200, error: str = "", form: dict | None = None):
+    upstreams = cast(  # each upstream gets its overrides_json below
+        "list[WithAnnotations[Upstream, _OverridesText]]",
+        list(Upstream.objects.filter(project=request.project)),
+    )
     for upstream in upstreams:
         upstream.overrides_json = (
             json.dumps(upstream.tool_overrides) if upstream.tool_overrides else ""
@@ -46,7 +59,7 @@ def gateway(request: ProjectRequest) -> HttpResponse:
 def upstream_save(request: ProjectRequest) -> HttpResponse:
     """Add an upstream, or change the one named in the form. Answers 400 with the field's
     problem (the form keeps what was typed)."""
-    form = {
+    form: dict[str, Any] = {
         key: request.POST.get(key, "").strip() for key in ("name", "target", "timeout", "overrides")
     }
     form["enabled"] = request.POST.get("enabled", "on") == "on"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from django import forms
+from django.http import QueryDict
 
 from reviews.services import DECISIONS, MAX_EXTEND_SECONDS
 
@@ -38,7 +41,8 @@ class BulkForm(forms.Form):
 
     def ids(self) -> list[int]:
         """The explicitly selected item ids (``ids`` may repeat)."""
-        return [int(v) for v in self.data.getlist("ids") if str(v).isdigit()][:1000]
+        posted = cast(QueryDict, self.data)  # the form is bound to request.POST
+        return [int(v) for v in posted.getlist("ids") if str(v).isdigit()][:1000]
 
     def reason_text(self) -> str:
         return (self.cleaned_data.get("reason") or "").strip() or (

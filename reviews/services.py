@@ -101,6 +101,7 @@ def _conflict(item: ReviewItem, user, verb: str) -> ReviewConflict:
         and fresh.lease_active()
         and fresh.assignee_id != user.pk
     ):
+        assert fresh.assignee is not None  # lease_active(): an assignee holds the lease
         who = fresh.assignee.get_username()
         msg = f"Could not {verb}: {who} claimed this item."
     elif fresh.status == ReviewItem.Status.RESOLVED:

@@ -9,6 +9,7 @@ possible. Without htmx, actions redirect back with a message.
 from __future__ import annotations
 
 import csv
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -119,6 +120,7 @@ def bulk(request: ProjectRequest) -> HttpResponse:
     form = BulkForm(request.POST)
     queue_url = reverse("reviews:queue", args=[request.project.slug])
     filters = selectors.QueueFilters.from_query(request.POST)
+    result: dict[str, Any]
     if not form.is_valid():
         result = {"error": "Choose an action."}
     else:
@@ -156,9 +158,11 @@ def bulk(request: ProjectRequest) -> HttpResponse:
                 request, f"{o.done} done, {o.conflicts} conflicts, {len(o.errors)} failed."
             )
         return HttpResponseRedirect(f"{queue_url}?{filters.query()}")
-    request.GET = request.GET.copy()
+    query = request.GET.copy()
     for name, value in filters.as_dict().items():
-        request.GET[name] = value
+        query[name] = value
+    # django-stubs types request.GET as immutable, so it cannot take the mutable copy
+    request.GET = query  # type: ignore[assignment]
     response = render(
         request,
         "reviews/queue.html#queue-table",
@@ -458,7 +462,7 @@ def reconcile_status(request: ProjectRequest, pk: int) -> HttpResponse:
     """The "Reconcile now" progress fragment, polled until the ``reconciled`` event arrives;
     then it answers with the result and triggers ``reconciled`` so the page refreshes."""
     item = _get_item(request, pk)
-    context = {
+    context: dict[str, Any] = {
         "item": item,
         "reconcile_progress": selectors.reconcile_progress(item=item),
         "project": request.project,

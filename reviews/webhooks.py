@@ -59,7 +59,7 @@ def webhook_payload(*, call: ToolCall, item_pk: int | None, delivery_id: str) ->
         "decision": decision,
         "reason": call.decision_reason,
         "decided_at": call.decided_at.isoformat() if call.decided_at else None,
-        "decided_by": call.decided_by.get_username() if call.decided_by_id else None,
+        "decided_by": call.decided_by.get_username() if call.decided_by else None,
         "state": call.state,
         "route": call.route,
         "observation": call.observation,

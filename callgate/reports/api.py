@@ -10,6 +10,7 @@ date-time, UTC unless an offset is given), ``granularity`` (hour/day/week), ``to
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -20,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from callgate.auth import ApiKeyAuthentication
+from callgate.models import ApiKey
 from callgate.reports import selectors as reports
 from callgate.reports.selectors import ReportFilterError
 
@@ -85,7 +87,7 @@ def _response(name: str, fields: dict) -> serializers.Serializer:
     return inline_serializer(name, {"filters": FILTERS, **fields})
 
 
-GROUP_ROW = {
+GROUP_ROW: dict[str, serializers.Field] = {
     "calls": serializers.IntegerField(),
     "not_ok": serializers.IntegerField(),
     "not_ok_share": SHARE,
@@ -371,7 +373,7 @@ class ReportApi(APIView):
     report: str = ""
 
     def get(self, request: Request) -> Response:
-        project = request.auth.project
+        project = cast(ApiKey, request.auth).project  # ApiKeyAuthentication sets the key
         try:
             f = reports.report_filters_parse(request.query_params, project=project)
         except ReportFilterError as exc:
@@ -388,19 +390,18 @@ def _api_view(name: str) -> type[ReportApi]:
     def get(self, request: Request) -> Response:  # a function per view: extend_schema annotates it
         return ReportApi.get(self, request)
 
-    cls = type(
-        f"Report{name.title().replace('-', '')}Api",
-        (ReportApi,),
-        {"report": name, "__doc__": summary},
-    )
-    cls.get = extend_schema(
+    schema = extend_schema(
         operation_id=f"reports_{name.replace('-', '_')}",
         summary=summary,
         tags=["reports"],
         parameters=FILTER_PARAMETERS,
         responses={200: RESPONSES[name], 400: ERROR},
-    )(get)
-    return cls
+    )
+    return type(
+        f"Report{name.title().replace('-', '')}Api",
+        (ReportApi,),
+        {"report": name, "__doc__": summary, "get": schema(get)},
+    )
 
 
 REPORT_APIS = {name: _api_view(name) for name in SELECTORS}

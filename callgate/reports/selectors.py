@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypedDict, cast
 
 from django.apps import apps
 from django.db.models import Count, Q, Sum
@@ -234,6 +235,15 @@ def _category_sort(category: str) -> int:
 # --- reports reading rollups ------------------------------------------------------------
 
 
+class CategorySeries(TypedDict):
+    """One category's row of ``report_categories``."""
+
+    category: str
+    label: str
+    counts: list[int]
+    total: int
+
+
 def report_categories(*, project: Project, f: ReportFilters) -> dict:
     """Calls per category per period.
 
@@ -258,7 +268,7 @@ def report_categories(*, project: Project, f: ReportFilters) -> dict:
             i = next(k for k, (s, e) in enumerate(spans) if s <= period < e)
         counts.setdefault(row["category"], [0] * len(spans))[i] += row["calls"]
     categories = sorted(counts, key=_category_sort)
-    series = [
+    series: list[CategorySeries] = [
         {
             "category": c,
             "label": labels.label(c, "category"),
@@ -693,7 +703,8 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
     # time to decision counts human decisions only: an item settled by a later event or an
     # approval that ran out closes with no one deciding (often at once, which read as "0 s")
     durations = sorted(
-        (resolved - created).total_seconds()
+        # resolved_at is set: ``decided`` filters on it
+        (cast(datetime, resolved) - created).total_seconds()
         for created, resolved in decided.filter(status="resolved").values_list(
             "created_at", "resolved_at"
         )

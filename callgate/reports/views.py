@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import urlencode
 
 from django.http import Http404, HttpRequest, HttpResponse
@@ -22,7 +23,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from callgate import labels, metrics
-from callgate.access import Role, project_view
+from callgate.access import ProjectRequest, Role, project_view
 from callgate.csvexport import csv_safe
 from callgate.models import Agent, CallRollup, ToolContract
 from callgate.reports import selectors as reports
@@ -876,9 +877,9 @@ def _filter_choices(project) -> dict:
     }
 
 
-def _report_page(request: HttpRequest, section: str) -> HttpResponse:
+def _report_page(request: ProjectRequest, section: str) -> HttpResponse:
     project = request.project
-    context = {
+    context: dict[str, Any] = {
         "nav_active": "reports",
         "section": section,
         "choices": _filter_choices(project),
@@ -977,7 +978,7 @@ def _presets(request: HttpRequest, params: dict) -> list[dict]:
 def _view(section: str):
     @require_GET
     @project_view(role=Role.OPERATOR)
-    def view(request: HttpRequest) -> HttpResponse:
+    def view(request: ProjectRequest) -> HttpResponse:
         return _report_page(request, section)
 
     view.__name__ = f"report_{section}"

@@ -657,6 +657,7 @@ class Protocol:
                     "succeeded", answer, result=last_result if executions else answer.receipt
                 )
             if verdict == "return_receipt":
+                assert answer is not None  # without an answer the verdict is "allow"
                 result = answer.receipt if answer.receipt is not None else last_result
                 return finish("receipt", answer, result=result)
             if verdict == "reask":
@@ -666,6 +667,7 @@ class Protocol:
             if verdict == "stop":
                 return finish("stopped", answer)
             if verdict in WAITING_VERDICTS:
+                assert answer is not None  # without an answer the verdict is "allow"
                 answer = yield from self._wait(op, answer, wait_limit)
                 if answer.verdict in WAITING_VERDICTS:
                     return finish("waiting", answer)

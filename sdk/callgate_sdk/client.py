@@ -171,7 +171,12 @@ class CallgateClient(Protocol):
 
     @staticmethod
     def _execute_now(effect: Execute) -> Any:
-        args = (effect.operation_id, effect.fn, effect.arguments, effect.operation_id)
+        args: tuple[Any, ...] = (
+            effect.operation_id,
+            effect.fn,
+            effect.arguments,
+            effect.operation_id,
+        )
         if effect.timeout is None:
             return call_with_operation(*args)
         pool = concurrent.futures.ThreadPoolExecutor(
@@ -298,7 +303,9 @@ class CallgateClient(Protocol):
         gives an ``async`` gated tool; the protocol then runs in a worker thread."""
 
         def wrap(function: Callable[..., Any]) -> Any:
-            run_options = {k: options.pop(k) for k in ("timeout", "wait_limit") if k in options}
+            run_options: dict[str, Any] = {
+                k: options.pop(k) for k in ("timeout", "wait_limit") if k in options
+            }
             spec = ToolSpec.of(function, effect=effect, **options)
             return GatedTool(self, spec, run_options)
 
@@ -490,7 +497,9 @@ class AsyncCallgateClient(Protocol):
         function runs in a worker thread)."""
 
         def wrap(function: Callable[..., Any]) -> Any:
-            run_options = {k: options.pop(k) for k in ("timeout", "wait_limit") if k in options}
+            run_options: dict[str, Any] = {
+                k: options.pop(k) for k in ("timeout", "wait_limit") if k in options
+            }
             spec = ToolSpec.of(function, effect=effect, **options)
             return AsyncGatedTool(self, spec, run_options)
 
@@ -595,6 +604,7 @@ class AsyncGatedTool:
         """The call's whole ``RunResult`` (never raises ``CallNotAllowed``)."""
         await self.register()
         spec = self.spec
+        execute: Callable[[dict, str], Any]  # a coroutine function for an async tool
         if spec.is_async:
 
             async def execute(arguments: dict, operation_id: str) -> Any:

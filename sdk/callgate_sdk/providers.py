@@ -125,8 +125,8 @@ def loads(text: str | bytes, *, too_large: list[TooLarge] | None = None) -> Any:
         value = json.loads(
             text, parse_constant=no_constants, parse_float=read_float, parse_int=read_int
         )
-    needle = b"\\u" if isinstance(text, bytes) else "\\u"
-    return _storable(value) if needle in text else value  # only escapes can produce them
+    escaped = b"\\u" in text if isinstance(text, bytes) else "\\u" in text
+    return _storable(value) if escaped else value  # only escapes can produce them
 
 
 def too_large_path(value: Any, path: str = "") -> tuple[str, TooLarge] | None:

@@ -97,7 +97,7 @@ class ToolSpec:
                 hints.get(parameter.name, Any),
                 Field(default, description=documented.get(parameter.name)),
             )
-        model = create_model(  # type: ignore[call-overload]
+        model = create_model(
             f"{fn.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields
         )
         return cls(

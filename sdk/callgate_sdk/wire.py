@@ -221,8 +221,8 @@ def cut_texts(value: Any, limit: int = STORED_TEXT_CHARS) -> Any:
         items = {key: cut_texts(item, limit) for key, item in value.items()}
         return value if all(items[k] is value[k] for k in value) else items
     if isinstance(value, list):
-        items = [cut_texts(item, limit) for item in value]
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        elements = [cut_texts(item, limit) for item in value]
+        return value if all(a is b for a, b in zip(elements, value, strict=True)) else elements
     return value
 
 

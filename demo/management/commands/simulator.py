@@ -8,6 +8,7 @@ block other requests.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -18,6 +19,7 @@ from demo.simulator import DEMO_TENANTS, demo_service
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+    log: Callable[[str], None]  # set by the command: where _Handler writes request lines
 
 
 class _Handler(WSGIRequestHandler):

@@ -26,7 +26,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict
 
 from callgate_sdk._protocol import current_request, local_operation_id
 from callgate_sdk.client import AsyncCallgateClient, CallgateClient
@@ -132,6 +132,8 @@ def gate_tool(
     inner tool should raise on failure (its ``handle_tool_error`` off, the default) so that
     the cause is read from the exception."""
     schema = tool.tool_call_schema
+    if not isinstance(schema, dict) and not issubclass(schema, BaseModel):
+        raise TypeError(f"{tool.name}: callgate reads pydantic v2 argument schemas, not v1 ones")
     parameters = schema if isinstance(schema, dict) else schema.model_json_schema()
     parameters = {k: v for k, v in parameters.items() if k not in ("title", "description")}
     if reconcile is not None:

@@ -102,7 +102,7 @@ class CallgateGate:
         a failure is read from the exception rather than from an error string."""
         contract.setdefault("parameters", tool.params_json_schema)
         contract.setdefault("description", tool.description or "")
-        guardrail = ToolInputGuardrail(
+        guardrail: ToolInputGuardrail[Any] = ToolInputGuardrail(
             guardrail_function=self._guardrail(tool.name, contract), name="callgate"
         )
         return dataclasses.replace(
