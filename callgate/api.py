@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpResponse
@@ -212,7 +213,8 @@ class EventsIngestApi(APIView):
                 "The batch is empty: send one event object or a non-empty array.", code=400
             )
         prefix = "events" if isinstance(body, list) else ""
-        valid, results = [], []
+        valid: list[tuple[int, Any]] = []
+        results: list[dict[str, Any] | None] = []
         validate = EVENT_ADAPTER.validate_python
         for index, item in enumerate(items):
             unreadable = providers.too_large_path(item) if too_large else None
@@ -676,7 +678,8 @@ class OtlpTracesApi(APIView):
     def _json(request) -> bool:
         return otlp.media_type(request.META.get("CONTENT_TYPE", "")) == otlp.JSON
 
-    def handle_exception(self, exc: Exception) -> HttpResponse:
+    # DRF's finalize_response takes any HttpResponseBase; the stubs say Response only
+    def handle_exception(self, exc: Exception) -> HttpResponse:  # type: ignore[override]
         """Every failure as a ``google.rpc.Status`` in the request's encoding, keeping DRF's
         status and headers (``WWW-Authenticate`` on 401) and ``Retry-After`` on 429."""
         headers: dict[str, str] = {}

@@ -665,14 +665,14 @@ def _event_answer_once(project: Project, event_id: uuid.UUID) -> dict | None:
 def _turn_of(event: CallEvent) -> dict | None:
     """The ``turn`` note of a call event recorded for one call of a whole turn, else None."""
     turn = event.body.get("turn") if isinstance(event.body, dict) else None
-    return turn if turn and event.kind == "proposed" else None
+    return turn if isinstance(turn, dict) and event.kind == "proposed" else None
 
 
 def _applied(event_id: uuid.UUID, recorded: list[CallEvent]) -> dict:
     """``event_answer``'s dict for an applied event stored as ``recorded`` (its call events,
     the first one's ID being the event's; one per call of a turn, in order)."""
     first = recorded[0]
-    found = {
+    found: dict[str, Any] = {
         "event_id": str(event_id),
         "status": "applied",
         "kind": first.kind,
@@ -682,9 +682,8 @@ def _applied(event_id: uuid.UUID, recorded: list[CallEvent]) -> dict:
         "failed_items": first.failed_items,
     }
     if _turn_of(first) is not None:
-        found["kind"] = "turn"
-        found["calls"] = [_answer_as_left(part) for part in recorded]
-        found["answer"] = found["calls"][0]
+        calls = [_answer_as_left(part) for part in recorded]
+        found.update(kind="turn", calls=calls, answer=calls[0])
     return found
 
 

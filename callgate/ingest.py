@@ -24,12 +24,13 @@ import random
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Field, Q
 from django.utils import timezone
 
 from callgate import classification as cls
@@ -115,7 +116,7 @@ def call_answer(call: ToolCall, *, contract: ToolContract | None = None) -> dict
     verdict = (
         "pending_approval"
         if call.state == S.PENDING_APPROVAL
-        else VERDICT_FOR_ROUTE.get(call.route, "allow")
+        else VERDICT_FOR_ROUTE.get(Route(call.route), "allow")
     )
     decision = None
     if call.decision:
@@ -380,14 +381,14 @@ class _Batch:
         if (
             budget_keys
         ):  # two IN lists, pairs re-checked here (an OR per pair is too deep for SQLite)
-            rows = RequestBudget.objects.filter(
+            budgets = RequestBudget.objects.filter(
                 project=self.project,
                 request_id__in={r for r, _ in budget_keys},
                 tool_name__in={t for _, t in budget_keys},
             )
-            for row in rows:
-                if (row.request_id, row.tool_name) in budget_keys:
-                    self.budget_rows[(row.request_id, row.tool_name)] = row
+            for budget in budgets:
+                if (budget.request_id, budget.tool_name) in budget_keys:
+                    self.budget_rows[(budget.request_id, budget.tool_name)] = budget
         return seen
 
     def _remember(self, call: ToolCall) -> None:
@@ -405,7 +406,9 @@ class _Batch:
         except TurnError as exc:
             self.turn_errors[id(event)] = exc
             return []
-        prepared, seen_ids, identical = [], set(), {}
+        prepared: list[_Prepared] = []
+        seen_ids: set[str] = set()
+        identical: dict[tuple[str | None, str], int] = {}
         for turn_call in calls:
             proposal = turn_call.proposal
             first = self._prepare(event, proposal, item=turn_call.item)
@@ -436,7 +439,7 @@ class _Batch:
         raw = (
             None if canonical is not None else (proposal.raw_arguments or repr(proposal.arguments))
         )
-        loop_key = digest or hashlib.sha256(raw.encode(errors="replace")).hexdigest()
+        loop_key = digest or hashlib.sha256((raw or "").encode(errors="replace")).hexdigest()
         if event.operation_id and isinstance(event, ProposedEvent):
             operation_id = event.operation_id
         elif event.request_id and proposal.tool:
@@ -632,7 +635,7 @@ class _Batch:
         }
         return _Step(cls.classify_deadline_passed(contract_name=_name(call)), body=body)
 
-    _ON = {
+    _ON: ClassVar[dict[str, Callable[[_Batch, ToolCall, Any], _Step]]] = {
         "attempt": _on_attempt,
         "reconciled": _on_reconciled,
         "reconcile_failed": _on_reconcile_failed,
@@ -1086,13 +1089,10 @@ def calls_update(calls: list[ToolCall]) -> None:
     if connection.vendor != "postgresql":
         ToolCall.objects.bulk_update(calls, CALL_FIELDS)
         return
-    fields = [ToolCall._meta.get_field(name) for name in CALL_FIELDS]
-    pk = ToolCall._meta.pk
+    fields = [cast(Field, ToolCall._meta.get_field(name)) for name in CALL_FIELDS]
+    pk = cast(Field, ToolCall._meta.pk)
     columns = [pk.column, *(f.column for f in fields)]
-    types = [
-        pk.db_type(connection),
-        *(f.rel_db_type(connection) if f.is_relation else f.db_type(connection) for f in fields),
-    ]
+    types = [pk.db_type(connection), *(f.db_type(connection) for f in fields)]
     arrays = [[call.pk for call in calls]]
     for f in fields:
         arrays.append([f.get_db_prep_save(getattr(call, f.attname), connection) for call in calls])

@@ -9,7 +9,7 @@ rejected) except where JSON has no native type: ``event_id`` (UUID) and ``occurr
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 from uuid import UUID
 
@@ -34,7 +34,7 @@ Format = Literal[
     "openai", "openai_responses", "anthropic", "gemini", "bedrock", "ollama", "mcp", "plain"
 ]
 TurnFormat = Literal["openai", "openai_responses", "anthropic", "gemini", "bedrock", "ollama"]
-TURN_FORMATS = TurnFormat.__args__
+TURN_FORMATS: tuple[str, ...] = get_args(TurnFormat)
 
 
 class _Strict(BaseModel):

@@ -284,8 +284,8 @@ def call_apply_decision(*, call: ToolCall, decision: str, reason: str, user) -> 
     """An operator's decision (``approve``, ``reject``, ``approve_retry``, ``mark_applied``,
     ``mark_failed``) on ``call``, per TAXONOMY "Human decisions". Records an operator event.
     Raises ``callgate.lifecycle.IllegalTransition`` when the call's state does not allow it."""
-    event = DecisionEvent(
-        type="decision", decision=decision, reason=reason or "", **_envelope(call)
+    event = DecisionEvent.model_validate(
+        {"type": "decision", "decision": decision, "reason": reason or "", **_envelope(call)}
     )
     return _apply_one(call=call, event=event, source=CallEvent.Source.OPERATOR, user=user)
 
@@ -441,7 +441,9 @@ def gate_check(*, project: Project, agent: Agent, gate: GateRequest) -> dict:
                     }
                 ],
             )
-        event = TurnEvent(type="turn", format=gate.format, response=gate.turn, **ids)
+        event: TurnEvent | ProposedEvent = TurnEvent.model_validate(
+            {"type": "turn", "format": gate.format, "response": gate.turn, **ids}
+        )
     else:
         event = ProposedEvent(
             type="proposed",

@@ -1322,10 +1322,14 @@ def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:
     calls = ToolCall.objects.filter(project=project)
     if since is not None:
         calls = calls.filter(created_at__gte=since)
-    call_times = ("created_at", "updated_at", "receipt_at", "deadline", "approval_expires_at")
-    call_times += ("reconcile_requested_at", "decided_at")
-    item_times = ("created_at", "updated_at", "claimed_at", "lease_expires_at")
-    item_times += ("approval_expires_at", "resolved_at")
+    call_times = (
+        *("created_at", "updated_at", "receipt_at", "deadline", "approval_expires_at"),
+        *("reconcile_requested_at", "decided_at"),
+    )
+    item_times = (
+        *("created_at", "updated_at", "claimed_at", "lease_expires_at"),
+        *("approval_expires_at", "resolved_at"),
+    )
     with transaction.atomic():
         for call in calls.only("pk", "state", "approval_expires_at").order_by("pk"):
             seconds = rng.randint(0, days * 86400)

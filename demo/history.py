@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -475,7 +476,7 @@ def _arguments(tool: str, at: datetime, operation_id: str, *, with_timezone: boo
     ticket = f"T-{rng.randint(1, 480)}"
     due = (at + timedelta(days=rng.randint(1, 6))).replace(minute=0, second=0, microsecond=0)
     when = due.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
+    generators: dict[str, Callable[[], dict[str, Any]]] = {
         "lookup_ticket": lambda: {"ticket_id": ticket},
         "create_follow_up": lambda: {
             "ticket_id": ticket,
@@ -504,7 +505,8 @@ def _arguments(tool: str, at: datetime, operation_id: str, *, with_timezone: boo
             **({"timezone": "Europe/Paris"} if with_timezone else {}),
         },
         "do_stuff": lambda: {"x": "reindex", "y": rng.choice(["all", "tickets"])},
-    }.get(tool, dict)()
+    }
+    return generators.get(tool, dict)()
 
 
 def _unknown_event(project, row: ToolCall, call: ToolCall) -> CallEvent:

@@ -192,8 +192,12 @@ def event_summary(event) -> str:
     if kind == "reconciled":
         found, matches = body.get("found"), body.get("matches")
         if found is None:
-            detail = body.get("detail") if isinstance(body.get("detail"), dict) else {}
-            why = f" ({detail['detail']})" if detail.get("detail") else ""
+            detail = body.get("detail")
+            why = (
+                f" ({detail['detail']})"
+                if isinstance(detail, dict) and detail.get("detail")
+                else ""
+            )
             return f"Reconciled: the look-up could not tell{why}"
         if not found:
             return "Reconciled: not found in the target"
