@@ -22,7 +22,7 @@ class State(Choices):
     RECONCILING = "reconciling", "Reconciling"
     IN_REVIEW = "in_review", "In review"
     SUCCEEDED = "succeeded", "Succeeded"
-    REJECTED = "rejected", "Rejected at the gate"
+    REJECTED = "rejected", "Refused before it ran"  # at the gate, or an approval rejected
     FAILED = "failed", "Failed"
 
 
