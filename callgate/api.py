@@ -157,10 +157,15 @@ class EventsIngestApi(APIView):
         description=(
             "The body is one event object or a JSON array of events (at most 1,000 events and 5 MB; "
             "larger: 413). Each event is validated on its own: the answer lists a result per item "
-            "(`accepted`, `duplicate` for an `event_id` seen before, or `rejected` with field paths), "
-            "so one bad item never sinks the batch. **Status 200** when no item was rejected, "
-            "**207 Multi-Status** when any was: treat 207 as a partial failure and fix the rejected items; "
-            "the others are stored. An accepted event is stored durably and applied to its call shortly "
+            "(`accepted`; `duplicate` for an `event_id` seen before with the same content, key order aside, which "
+            "stores nothing new: re-sending is safe; `conflict` for an `event_id` seen before, or earlier in the "
+            "batch, with other content, its `errors[].loc` naming `event_id`: nothing is stored, send that event "
+            "with a new `event_id`; or `rejected` with field paths), "
+            "so one bad item never sinks the batch. **Status 200** when no item was rejected or a conflict, "
+            "**207 Multi-Status** when any was: treat 207 as a partial failure and fix those items; "
+            "the others are stored. **409 Conflict** when the request is one event (an object, or an array of one) "
+            "and it is a conflict: the error shape, `errors[0].loc` `event_id` (`events[0].event_id` for an "
+            "array). An accepted event is stored durably and applied to its call shortly "
             "after, in arrival order: read its classification with `GET /api/v1/events/{event_id}` (or the "
             "call's with `GET /api/v1/calls/{operation_id}`). To ask before executing, use the gate "
             "`POST /api/v1/calls`, which answers at once. Event types and fields: see `shared/cases/README.md`."
@@ -175,6 +180,7 @@ class EventsIngestApi(APIView):
             207: EventsResponse,
             400: ErrorBody,
             401: ErrorBody,
+            409: ErrorBody,
             413: ErrorBody,
             429: ErrorBody,
         },
@@ -240,7 +246,7 @@ class EventsIngestApi(APIView):
                     "errors": errors,
                 }
             )
-        counts = {"accepted": 0, "duplicate": 0, "rejected": len(items) - len(valid)}
+        counts = {"accepted": 0, "duplicate": 0, "conflict": 0, "rejected": len(items) - len(valid)}
         if valid:
             outcomes = events_receive(
                 project=principal.project,
@@ -269,15 +275,23 @@ class EventsIngestApi(APIView):
                 }
             if counts["accepted"]:
                 drain_inbox_enqueue(principal.project.pk)
-        code = HTTP_207_MULTI_STATUS if counts["rejected"] else status.HTTP_200_OK
+        if len(items) == 1 and counts["conflict"]:  # the whole request is that one event
+            return _error(
+                "This event_id was already used for an event with other content; send this "
+                "event with a new event_id.",
+                results[0]["errors"],
+                code=status.HTTP_409_CONFLICT,
+            )
+        failed = counts["rejected"] or counts["conflict"]
         return Response(
             {
                 "accepted": counts["accepted"],
                 "duplicates": counts["duplicate"],
+                "conflicts": counts["conflict"],
                 "rejected": counts["rejected"],
                 "results": results,
             },
-            status=code,
+            status=HTTP_207_MULTI_STATUS if failed else status.HTTP_200_OK,
         )
 
 

@@ -143,8 +143,9 @@ def call_answer(call: ToolCall, *, contract: ToolContract | None = None) -> dict
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened to one event: ``accepted``, ``duplicate`` (event ID seen before) or
-    ``rejected`` (with ``errors``, each ``{"loc", "msg"}``)."""
+    """What happened to one event: ``accepted``, ``duplicate`` (event ID seen before),
+    ``conflict`` (event ID seen before with other content: ``callgate.inbox.events_receive``)
+    or ``rejected`` (with ``errors``, each ``{"loc", "msg"}``)."""
 
     status: str
     errors: list[dict] = field(default_factory=list)
