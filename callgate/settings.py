@@ -275,6 +275,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",  # served from our static files, not a CDN
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "callgate.api.openapi_every_operation",  # 401 and 429 on every operation
+    ],
 }
 # Request bodies up to the batch limit (5 MB) reach the view, which answers 413 itself.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 6 * 1024 * 1024
