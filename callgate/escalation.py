@@ -217,8 +217,8 @@ def review_items_settle_bulk(*, calls: list[ToolCall], note_by_call: dict[int, s
 
 #: The audit trail's words for an agent's blind retry (``review_items_note_retries``).
 AGENT_RETRY_NOTE = (
-    "The agent retried this write (attempt {attempt}, {outcome}) while its first outcome was "
-    "still unknown: it may have run twice. Check the target before deciding."
+    "The agent retried this write (attempt {attempt}, {outcome}{sent}) while its first "
+    "outcome was still unknown: it may have run twice. Check the target before deciding."
 )
 
 
@@ -256,7 +256,9 @@ def review_items_note_retries(*, retries: list[tuple[ToolCall, dict]]) -> int:
                     state_before=item.status,
                     state_after=item.status,
                     reason=AGENT_RETRY_NOTE.format(
-                        attempt=detail["attempt"], outcome=detail["outcome"]
+                        attempt=detail["attempt"],
+                        outcome=detail["outcome"],
+                        sent="" if detail["sent"] is not False else ", not sent, says the agent",
                     ),
                     call_state_before=detail["state_before"],
                     call_state_after=call.state,
