@@ -31,4 +31,5 @@ RUN DEBUG=false SECRET_KEY=collectstatic-only-not-a-secret python manage.py coll
     && chown -R callgate /app
 USER callgate
 EXPOSE 8000
-CMD ["gunicorn", "callgate.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-", "--logger-class", "callgate.logmask.GunicornLogger"]
+# callgate/gunicorn.py: Prometheus multiprocess mode (the workers' metrics summed on /metrics)
+CMD ["gunicorn", "-c", "python:callgate.gunicorn", "callgate.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-", "--logger-class", "callgate.logmask.GunicornLogger"]

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from pydantic import ValidationError
 from rest_framework import exceptions, status
@@ -57,8 +58,41 @@ from callgate_sdk.wire import MAX_JSON_DEPTH, json_depth
 MAX_BATCH_EVENTS = 1000
 MAX_BATCH_BYTES = 5 * 1024 * 1024
 #: Tool names as providers allow them (OpenAI: [a-zA-Z0-9_-]{1,64}; MCP adds dots and more).
-TOOL_NAME = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")
+TOOL_NAME_PATTERN = r"^[^\s\x00-\x1f\x7f]{1,128}$"
+TOOL_NAME = re.compile(TOOL_NAME_PATTERN[1:-1])
 HTTP_207_MULTI_STATUS = 207
+
+
+#: Answers any API operation may give whatever its own: no key or a bad one, and the
+#: throttles (per key, per project, failed keys per address), with ``Retry-After``.
+EVERY_OPERATION_RESPONSES = {
+    "401": "No valid API key: `Authorization: Bearer <key>`.",
+    "429": "Too many requests (a throttle, or too many failed keys from this address); "
+    "`Retry-After` says how many seconds to wait.",
+}
+
+
+def openapi_every_operation(result: dict, generator, request, public) -> dict:
+    """drf-spectacular postprocessing hook (``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]``):
+    every operation documents the answers of ``EVERY_OPERATION_RESPONSES`` (the error
+    shape, ``ErrorBody``), which authentication and throttling give before any view runs,
+    unless it documents them itself (the OTLP receiver answers a ``google.rpc.Status``)."""
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    retry_after = {
+        "Retry-After": {
+            "description": "Seconds to wait before sending again.",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    }
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            responses = operation.setdefault("responses", {})
+            for code, description in EVERY_OPERATION_RESPONSES.items():
+                if code not in responses:
+                    responses[code] = {"description": description, "content": error}
+                if code == "429" and "content" in responses[code]:
+                    responses[code].setdefault("headers", retry_after)
+    return result
 
 
 def exception_handler(exc, context):
@@ -158,10 +192,15 @@ class EventsIngestApi(APIView):
         description=(
             "The body is one event object or a JSON array of events (at most 1,000 events and 5 MB; "
             "larger: 413). Each event is validated on its own: the answer lists a result per item "
-            "(`accepted`, `duplicate` for an `event_id` seen before, or `rejected` with field paths), "
-            "so one bad item never sinks the batch. **Status 200** when no item was rejected, "
-            "**207 Multi-Status** when any was: treat 207 as a partial failure and fix the rejected items; "
-            "the others are stored. An accepted event is stored durably and applied to its call shortly "
+            "(`accepted`; `duplicate` for an `event_id` seen before with the same content, key order aside, which "
+            "stores nothing new: re-sending is safe; `conflict` for an `event_id` seen before, or earlier in the "
+            "batch, with other content, its `errors[].loc` naming `event_id`: nothing is stored, send that event "
+            "with a new `event_id`; or `rejected` with field paths), "
+            "so one bad item never sinks the batch. **Status 200** when no item was rejected or a conflict, "
+            "**207 Multi-Status** when any was: treat 207 as a partial failure and fix those items; "
+            "the others are stored. **409 Conflict** when the request is one event (an object, or an array of one) "
+            "and it is a conflict: the error shape, `errors[0].loc` `event_id` (`events[0].event_id` for an "
+            "array). An accepted event is stored durably and applied to its call shortly "
             "after, in arrival order: read its classification with `GET /api/v1/events/{event_id}` (or the "
             "call's with `GET /api/v1/calls/{operation_id}`). To ask before executing, use the gate "
             "`POST /api/v1/calls`, which answers at once. Event types and fields: see `shared/cases/README.md`."
@@ -176,6 +215,7 @@ class EventsIngestApi(APIView):
             207: EventsResponse,
             400: ErrorBody,
             401: ErrorBody,
+            409: ErrorBody,
             413: ErrorBody,
             429: ErrorBody,
         },
@@ -242,7 +282,7 @@ class EventsIngestApi(APIView):
                     "errors": errors,
                 }
             )
-        counts = {"accepted": 0, "duplicate": 0, "rejected": len(items) - len(valid)}
+        counts = {"accepted": 0, "duplicate": 0, "conflict": 0, "rejected": len(items) - len(valid)}
         if valid:
             outcomes = events_receive(
                 project=principal.project,
@@ -271,15 +311,23 @@ class EventsIngestApi(APIView):
                 }
             if counts["accepted"]:
                 drain_inbox_enqueue(principal.project.pk)
-        code = HTTP_207_MULTI_STATUS if counts["rejected"] else status.HTTP_200_OK
+        if len(items) == 1 and counts["conflict"] and results[0]:  # the request is that event
+            return _error(
+                "This event_id was already used for an event with other content; send this "
+                "event with a new event_id.",
+                results[0]["errors"],
+                code=status.HTTP_409_CONFLICT,
+            )
+        failed = counts["rejected"] or counts["conflict"]
         return Response(
             {
                 "accepted": counts["accepted"],
                 "duplicates": counts["duplicate"],
+                "conflicts": counts["conflict"],
                 "rejected": counts["rejected"],
                 "results": results,
             },
-            status=code,
+            status=HTTP_207_MULTI_STATUS if failed else status.HTTP_200_OK,
         )
 
 
@@ -320,8 +368,14 @@ CALLS_LIST_PARAMETERS = [
         OpenApiParameter(name, str, enum=list(values), description=f"The call's current {name}.")
         for name, values in CALLS_LIST_CHOICES.items()
     ],
-    OpenApiParameter("since", str, description="RFC 3339 date-time: calls created at or after it."),
-    OpenApiParameter("until", str, description="RFC 3339 date-time: calls created before it."),
+    OpenApiParameter(
+        "since",
+        OpenApiTypes.DATETIME,
+        description="RFC 3339 date-time: calls created at or after it.",
+    ),
+    OpenApiParameter(
+        "until", OpenApiTypes.DATETIME, description="RFC 3339 date-time: calls created before it."
+    ),
 ]
 
 
@@ -502,6 +556,14 @@ class EventDetailApi(APIView):
             "errors when the rules refused it (an attempt for an unknown call, a transition the call's state "
             "does not allow). Poll with a short backoff while `pending`."
         ),
+        parameters=[
+            OpenApiParameter(
+                "event_id",
+                OpenApiTypes.UUID,
+                OpenApiParameter.PATH,
+                description="The event's `event_id`, a UUID (anything else: 400 naming it).",
+            )
+        ],
         responses={200: EventStatus, 400: ErrorBody, 401: ErrorBody, 404: ErrorBody},
     )
     def get(self, request: Request, event_id: str) -> Response:
@@ -549,6 +611,15 @@ class ToolRegisterApi(APIView):
             "identical contract gets to use it, a changed one from it answers 403 (a project admin publishes "
             "from the contract's page). The answer includes the contract linter's score and findings."
         ),
+        parameters=[
+            OpenApiParameter(
+                "name",
+                {"type": "string", "pattern": TOOL_NAME_PATTERN},
+                OpenApiParameter.PATH,
+                description="The tool's name: 1 to 128 characters, no spaces or control "
+                "characters (anything else: 400 naming `name`).",
+            )
+        ],
         request=ContractIn,
         responses={
             200: ContractOut,

@@ -10,6 +10,7 @@ module only uses ``reviews.models``, so the core never imports the review app's 
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from callgate.celery import enqueue_on_commit
@@ -212,3 +213,61 @@ def review_items_settle_bulk(*, calls: list[ToolCall], note_by_call: dict[int, s
             ]
         )
     return closed
+
+
+#: The audit trail's words for an agent's blind retry (``review_items_note_retries``).
+AGENT_RETRY_NOTE = (
+    "The agent retried this write (attempt {attempt}, {outcome}{sent}) while its first "
+    "outcome was still unknown: it may have run twice. Check the target before deciding."
+)
+
+
+def review_items_note_retries(*, retries: list[tuple[ToolCall, dict]]) -> int:
+    """Flag the open items of calls whose agent reported a new attempt while the call's
+    outcome was unknown (a blind retry): each item counts it (``agent_retries``, with the
+    time in ``agent_retried_at``) and its audit trail gets an ``agent_retry`` row whose
+    ``detail`` is the retry's ``{"event_id", "attempt", "outcome", "sent"}``. ``retries`` is
+    ``[(call, detail), …]`` in order (a call may retry more than once in a batch); the items
+    stay open: only an operator's decision, or a trusted settlement, closes them. Called by
+    ``ingest.events_apply`` after it opened the items. Returns how many retries were noted."""
+    if not retries:
+        return 0
+    now = timezone.now()
+    with transaction.atomic():
+        items = {
+            item.call_id: item
+            for item in ReviewItem.objects.select_for_update().filter(
+                call_id__in={call.pk for call, _ in retries},
+                status__in=ReviewItem.OPEN_STATUSES,
+            )
+        }
+        counts: dict[int, int] = {}
+        audits = []
+        for call, detail in retries:
+            item = items.get(call.pk)
+            if item is None:  # pragma: no cover - the batch opened one for every such call
+                continue
+            counts[item.pk] = counts.get(item.pk, 0) + 1
+            audits.append(
+                ReviewAudit(
+                    project_id=item.project_id,
+                    item=item,
+                    action=ReviewAudit.Action.AGENT_RETRY,
+                    state_before=item.status,
+                    state_after=item.status,
+                    reason=AGENT_RETRY_NOTE.format(
+                        attempt=detail["attempt"],
+                        outcome=detail["outcome"],
+                        sent="" if detail["sent"] is not False else ", not sent, says the agent",
+                    ),
+                    call_state_before=detail["state_before"],
+                    call_state_after=call.state,
+                    detail={k: v for k, v in detail.items() if k != "state_before"},
+                )
+            )
+        for pk, count in counts.items():
+            ReviewItem.objects.filter(pk=pk).update(
+                agent_retries=F("agent_retries") + count, agent_retried_at=now, updated_at=now
+            )
+        ReviewAudit.objects.bulk_create(audits)
+    return len(audits)

@@ -8,6 +8,7 @@ through ``callgate.ingest.events_apply``'s batch engine. ``event_answer`` is wha
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import random
 import threading
@@ -77,17 +78,22 @@ def events_receive(
     *, project: Project, agent: Agent, events: list[Any], may_decide: bool = False
 ) -> list[Outcome]:
     """Store validated events (``callgate.schemas`` models) in the inbox; one ``Outcome`` each,
-    in order: ``accepted`` (stored; ``inbox_drain`` applies it), ``duplicate`` (its
-    ``event_id`` was applied before, is pending, or came earlier in this batch; one the rules
-    rejected is taken again) or ``rejected``.
+    in order: ``accepted`` (stored; ``inbox_drain`` applies it), ``duplicate`` (the same
+    content under an ``event_id`` that was applied before, is pending, or came earlier in
+    this batch; one the rules rejected is taken again), ``conflict`` (that ``event_id`` was
+    used for other content: ``CONFLICT``, its error naming ``event_id``; nothing is stored)
+    or ``rejected``. "The same content" is the validated event, key order aside (what
+    ``_same_body`` and the rows' ``digest`` compare).
 
     Rules checked here, at the door: who may decide (``decision`` and ``approval_expired``
     events are rejected unless ``may_decide``, the key's ``can_decide``) and clock skew
     (``occurred_at`` at most ``schemas.MAX_CLOCK_SKEW`` ahead). Everything else the rules say
     happens when the event is applied. One insert whatever the batch size (``_inbox_insert``)."""
     outcomes: list[Outcome | None] = [None] * len(events)
-    fresh: dict[str, int] = {}  # canonical event ID → index
+    fresh: dict[str, int] = {}  # canonical event ID → its position in rows
+    positions: dict[str, int] = {}  # canonical event ID → index in events
     rows: list[tuple[str, str]] = []
+    repeats: list[tuple[int, str, str]] = []  # (index, event ID, body) of later copies
     horizon = time.time() + MAX_CLOCK_SKEW.total_seconds()  # Unix seconds: cheaper than datetimes
     for index, event in enumerate(events):
         if event.type in DECISION_TYPES and not may_decide:
@@ -130,9 +136,6 @@ def events_receive(
             )
             continue
         event_id = str(event.event_id)
-        if event_id in fresh:
-            outcomes[index] = DUPLICATE
-            continue
         try:
             body = event.model_dump_json()
         except (
@@ -142,13 +145,65 @@ def events_receive(
                 status="rejected", errors=[{"loc": "", "msg": f"cannot be stored: {exc}"[:500]}]
             )
             continue
-        fresh[event_id] = index
+        if event_id in fresh:  # earlier in this batch: compared once the insert is done
+            repeats.append((index, event_id, body))
+            continue
+        fresh[event_id] = len(rows)
+        positions[event_id] = index
         rows.append((event_id, body))
     if rows:
         stored = _inbox_insert(project=project, agent=agent, rows=rows, may_decide=may_decide)
-        for event_id, index in fresh.items():
-            outcomes[index] = ACCEPTED if event_id in stored else DUPLICATE
+        # each copy of an event ID this batch did not store is compared with the stored row;
+        # a repeat of one it stored, with the copy it stored
+        seen = [(positions[event_id], event_id, body) for event_id, body in rows]
+        seen = [row for row in seen if row[1] not in stored]
+        for index, event_id, body in repeats:
+            if event_id in stored:
+                first = rows[fresh[event_id]][1]
+                outcomes[index] = DUPLICATE if _same_body(first, body) else CONFLICT
+            else:
+                seen.append((index, event_id, body))
+        conflicting = _conflicting(project=project, rows=seen) if seen else set()
+        for index, _, _ in seen:
+            outcomes[index] = CONFLICT if index in conflicting else DUPLICATE
+        for event_id in stored:
+            outcomes[positions[event_id]] = ACCEPTED
     return outcomes  # type: ignore[return-value]
+
+
+#: The outcome of an event whose ``event_id`` was used before for other content: a client
+#: that re-uses IDs would otherwise get the first event's result without a word.
+CONFLICT = Outcome(
+    status="conflict",
+    errors=[
+        {
+            "loc": "event_id",
+            "msg": (
+                "already used for an event with other content; an event_id names one event: "
+                "send this event with a new event_id (re-send the first one unchanged to "
+                "read its result)"
+            ),
+        }
+    ],
+)
+
+
+def _normal_text(body: str) -> str:
+    """An event's stored JSON text with its keys sorted at every level: the same for the
+    same content whatever the order the client wrote its keys in."""
+    return json.dumps(json.loads(body), sort_keys=True, separators=(",", ":"))
+
+
+def _same_body(first: str, second: str) -> bool:
+    """Whether two events' JSON texts (``model_dump_json``) hold the same content."""
+    return first == second or _normal_text(first) == _normal_text(second)
+
+
+def _python_digest(body: str) -> str:
+    """The ``InboxEvent.digest`` of an event's JSON text where the database does not compute
+    it (SQLite, the embedded default); PostgreSQL uses ``md5`` of the ``jsonb`` text, whose
+    keys it keeps in its own fixed order."""
+    return hashlib.md5(_normal_text(body).encode(), usedforsecurity=False).hexdigest()
 
 
 #: Tries of one batch's inbox insert when PostgreSQL picks it as a deadlock's victim.
@@ -213,6 +268,36 @@ def _inbox_insert(
     raise AssertionError("unreachable")
 
 
+def _conflicting(*, project: Project, rows: list[tuple[int, str, str]]) -> set[int]:
+    """Of ``rows`` (``(index, event ID, event as JSON)``, each ID in the inbox already), the
+    indexes of those whose content differs from the stored row's: its ``digest`` differs.
+    One query. Rows stored before digests existed (empty ``digest``) never conflict: nothing
+    tells them apart."""
+    table = InboxEvent._meta.db_table
+    if connection.vendor == "postgresql":
+        document = "[" + ",".join(body for _, _, body in rows) + "]"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT e.n FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(body, n) "
+                f"JOIN {table} i ON i.project_id = %s "
+                f"AND i.event_id = (e.body ->> 'event_id')::uuid "
+                f"WHERE i.digest <> '' AND i.digest <> md5(e.body::text)",
+                [document, project.pk],
+            )
+            return {rows[n - 1][0] for (n,) in cursor.fetchall()}
+    digests = {
+        str(event_id): digest
+        for event_id, digest in InboxEvent.objects.filter(
+            project=project, event_id__in={event_id for _, event_id, _ in rows}
+        ).values_list("event_id", "digest")
+    }
+    return {
+        index
+        for index, event_id, body in rows
+        if digests.get(event_id) and digests[event_id] != _python_digest(body)
+    }
+
+
 def _insert_rows(
     *, project: Project, agent: Agent, rows: list[tuple[str, str]], may_decide: bool
 ) -> set[str]:
@@ -229,7 +314,9 @@ def _insert_rows(
     meta = InboxEvent._meta
     received_at = meta.get_field("received_at").get_db_prep_value(timezone.now(), connection)
     event_id_field = meta.get_field("event_id")
-    columns = "project_id, agent_id, event_id, body, received_at, status, errors, may_decide"
+    columns = (
+        "project_id, agent_id, event_id, body, received_at, status, errors, may_decide, digest"
+    )
     with _bound_cursor() as cursor:
         if connection.vendor == "postgresql":
             # The events travel as one JSON array (one escaped string, not 2 × N parameters);
@@ -237,7 +324,8 @@ def _insert_rows(
             document = "[" + ",".join(body for _, body in rows) + "]"
             cursor.execute(
                 f"INSERT INTO {meta.db_table} ({columns}) "
-                f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, e.body, %s, %s, '[]'::jsonb, %s "
+                f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, e.body, %s, %s, '[]'::jsonb, %s, "
+                f"md5(e.body::text) "
                 f"FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(body, n) "
                 f"ORDER BY e.n ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id::text",
                 [
@@ -261,8 +349,9 @@ def _insert_rows(
                 InboxEvent.Status.PENDING,
                 "[]",
                 may_decide,
+                _python_digest(body),
             ]
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
         cursor.execute(
             f"INSERT INTO {meta.db_table} ({columns}) VALUES {values} "
             f"ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id",
@@ -738,6 +827,12 @@ def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
     [received] = events_receive(project=project, agent=agent, events=[event])
     if received.status == "rejected":
         raise EventRefused("invalid", received.errors)
+    if received.status == "conflict":
+        if event.type not in ("proposed", "turn"):
+            raise EventRefused("reused", received.errors)
+        # the gate fills in occurred_at when the agent sent none, so a re-sent check differs
+        # in it: a check is the same when it names the same tool and arguments (below)
+        received = DUPLICATE
     if (
         received.status == "duplicate"
         and event.type == "proposed"

@@ -59,7 +59,15 @@ from callgate.schemas import (
     ReconcileFailedEvent,
     TurnEvent,
 )
-from callgate.taxonomy import REASK_REASONS, REFUSALS, STICKY_REASONS, Reason, Route
+from callgate.taxonomy import (
+    REASK_REASONS,
+    REFUSALS,
+    STICKY_REASONS,
+    Category,
+    Reason,
+    Route,
+    category_of,
+)
 from callgate_sdk.providers import TurnError, normalise, split_turn
 from callgate_sdk.wire import canonical_arguments, cut_texts, derive_operation_id, redact
 
@@ -148,8 +156,9 @@ def call_answer(call: ToolCall, *, contract: ToolContract | None = None) -> dict
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened to one event: ``accepted``, ``duplicate`` (event ID seen before) or
-    ``rejected`` (with ``errors``, each ``{"loc", "msg"}``). ``recorded``: for an accepted
+    """What happened to one event: ``accepted``, ``duplicate`` (event ID seen before),
+    ``conflict`` (event ID seen before with other content: ``callgate.inbox.events_receive``)
+    or ``rejected`` (with ``errors``, each ``{"loc", "msg"}``). ``recorded``: for an accepted
     event, the ``CallEvent`` rows it was stored as (one; one per call of a turn), each with
     its ``call`` (and the call's ``contract``) as the event left it."""
 
@@ -242,6 +251,8 @@ class _Step:
     settles: bool = True
     body: dict | None = None
     kind: str | None = None
+    #: an agent's attempt while the write's outcome is unknown (``_Batch._blind_retry``)
+    blind_retry: bool = False
 
 
 def _name(call: ToolCall) -> str:
@@ -332,6 +343,7 @@ class _Batch:
         self.to_review: dict[str, str] = {}  # operation_id -> kind
         self.to_settle: dict[str, str] = {}  # operation_id -> note
         self.to_reconcile: set[str] = set()
+        self.blind_retries: list[tuple[str, dict]] = []  # (operation_id, what the retry was)
         self.prepared: dict[int, list[_Prepared]] = {}
         self.turn_errors: dict[int, TurnError] = {}  # id(event) -> why its envelope is refused
 
@@ -520,6 +532,7 @@ class _Batch:
             change=step.settles,
             body=step.body,
             kind=step.kind,
+            blind_retry=step.blind_retry,
         )
 
     # one handler per event type: classify, update the call's own fields, say the step
@@ -537,6 +550,9 @@ class _Batch:
             result_format=event.result_format,
             jsonrpc_error=event.jsonrpc_error.model_dump() if event.jsonrpc_error else None,
         )
+        if self.source == CallEvent.Source.AGENT and _outcome_unknown(call):
+            call.attempts = attempts
+            return self._blind_retry(call, event)
         view = contract_view(contract) if contract else _no_contract_view(_name(call))
         result = cls.classify_attempt(
             attempt,
@@ -554,6 +570,36 @@ class _Batch:
             call.receipt = redact(event.result, contract.sensitive_fields if contract else ())
             call.receipt_at = self.now
         return _Step(result)
+
+    def _blind_retry(self, call: ToolCall, event: AttemptEvent) -> _Step:
+        """An agent's new attempt of a write whose outcome is still unknown (TAXONOMY:
+        never retried blindly): the attempt is recorded and counted, its result kept on the
+        event for the operator (``blind_retry``), and the call goes to (or stays in) review
+        with its reason; its review item is flagged and audited
+        (``escalation.review_items_note_retries``), never closed by it. The agent is told
+        not to call again: an operator decides."""
+        result = cls.Verdict(
+            reason=Reason(call.reason),
+            route=Route.REVIEW,
+            observation=(
+                f"The earlier outcome of {_name(call)} is unknown and an operator is reviewing it; "
+                "this new attempt was recorded for them (the write may have run twice). Do not "
+                "call it again: wait for the operator's decision."
+            ),
+        )
+        self.blind_retries.append(
+            (
+                call.operation_id,
+                {
+                    "event_id": str(event.event_id),
+                    "attempt": call.attempts,
+                    "outcome": event.outcome,
+                    "sent": event.sent,
+                    "state_before": call.state,
+                },
+            )
+        )
+        return _Step(result, blind_retry=True)
 
     def _on_reconciled(self, call: ToolCall, event: ReconciledEvent) -> _Step:
         contract = call.contract
@@ -969,6 +1015,7 @@ class _Batch:
         body: dict | None = None,
         kind: str | None = None,
         information: bool = False,
+        blind_retry: bool = False,
     ) -> ToolCall:
         if change or call.operation_id not in self.new_ids:
             self.changed.add(call.operation_id)
@@ -991,6 +1038,8 @@ class _Batch:
                 body = cut_texts(body)
         if information:
             body["information_only"] = True
+        if blind_retry:
+            body["blind_retry"] = True
         VERDICTS.labels(result.reason.value if result.reason else "", result.route.value).inc()
         cause = result.cause
         self.events.append(
@@ -1050,9 +1099,27 @@ class _Batch:
             escalation.review_items_open_bulk(
                 calls=[(self.calls[op], kind) for op, kind in self.to_review.items()]
             )
+        if self.blind_retries:
+            escalation.review_items_note_retries(
+                retries=[(self.calls[op], detail) for op, detail in self.blind_retries]
+            )
         if self.to_reconcile:
             for op in self.to_reconcile:
                 enqueue_on_commit("callgate.tasks.reconcile_call", self.calls[op].pk)
+
+
+#: The reasons of a call whose last write's outcome is unknown (TAXONOMY category
+#: ``unknown_outcome``): while its call is reconciling or in review, the agent's next attempt
+#: is a blind retry.
+UNKNOWN_OUTCOME_REASONS = frozenset(
+    reason.value for reason in Reason if category_of(reason) == Category.UNKNOWN_OUTCOME
+)
+
+
+def _outcome_unknown(call: ToolCall) -> bool:
+    """Whether the call waits on an unknown outcome (reconciling, or in review with its
+    reason kept after a look-up that could not tell): no operator approved a retry."""
+    return call.state in (S.RECONCILING, S.IN_REVIEW) and call.reason in UNKNOWN_OUTCOME_REASONS
 
 
 CALL_FIELDS = [

@@ -435,6 +435,18 @@ class InboxEvent(models.Model):
         db_default=0,
         help_text="Drains that took this row; one that died leaves it counted (quarantine).",
     )
+    digest = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=(
+            "MD5 of the event's content, key order aside (PostgreSQL: of the jsonb text); a "
+            "re-sent event_id with another digest is a conflict (409), not a duplicate. Kept "
+            "when the row is applied; empty for rows stored before it existed (no conflict "
+            "can be told for them)."
+        ),
+    )
 
     class Meta:
         constraints = [

@@ -753,8 +753,9 @@ def traces_receive(*, project: Any, agent: Any, request: Any) -> Received:
     """Map an ``ExportTraceServiceRequest`` (``spans_to_events``) and store its events in
     the inbox (``callgate.inbox.events_receive``, the path of ``POST /api/v1/events``), then
     enqueue the drain. A span is rejected when it cannot be mapped or the inbox refuses one of
-    its events (clock skew); every other span's events are stored, whatever the rejected
-    ones held. Re-sent spans derive the same event IDs, so they are duplicates."""
+    its events (clock skew, or an event ID already used for other content); every other
+    span's events are stored, whatever the rejected ones held. Re-sent spans derive the same
+    event IDs, so they are duplicates."""
     mapped = spans_to_events(request)
     mapped.events = _without_known_proposals(project, mapped.events)
     refused: list[str] = []
@@ -764,7 +765,7 @@ def traces_receive(*, project: Any, agent: Any, request: Any) -> Received:
             project=project, agent=agent, events=[event for _, event in mapped.events]
         )
         for (key, _), outcome in zip(mapped.events, outcomes, strict=True):
-            if outcome.status == "rejected" and key not in rejected:
+            if outcome.status in ("rejected", "conflict") and key not in rejected:
                 rejected.add(key)
                 error = outcome.errors[0] if outcome.errors else {"loc": "", "msg": "refused"}
                 refused.append(f"span {key[1]}: {error['loc']} {error['msg']}".strip())

@@ -1,6 +1,12 @@
 """Prometheus metrics of callgate (``GET /metrics``, with django-prometheus's request,
-response and database metrics). Counters are per process (one gunicorn or Celery worker
-each; Prometheus sums them); the inbox gauges are read from the database at scrape time.
+response and database metrics); the inbox gauges are read from the database at scrape time.
+
+Under gunicorn with several workers, ``PROMETHEUS_MULTIPROC_DIR`` (set by
+``callgate.gunicorn`` before the workers start) puts prometheus_client in multiprocess mode:
+each process writes its counters to files there, and whichever worker answers ``/metrics``
+sums every process's files (``metrics_view``), the live ones and the dead ones (the
+``child_exit`` hook marks a dead worker's live gauges gone). Without it (the embedded
+default, one process) the counters are the process's own.
 
 - ``callgate_verdicts_total{reason, route}``: events classified (``callgate.ingest``);
 - ``callgate_inbox_pending`` and ``callgate_inbox_oldest_age_seconds``: the inbox backlog;
@@ -11,7 +17,17 @@ each; Prometheus sums them); the inbox gauges are read from the database at scra
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter
+import os
+
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    generate_latest,
+    multiprocess,
+)
 from prometheus_client.core import GaugeMetricFamily
 
 VERDICTS = Counter(
@@ -59,3 +75,28 @@ class InboxCollector:
 def register_collectors() -> None:
     """Called once from ``CallgateConfig.ready``."""
     REGISTRY.register(InboxCollector())
+
+
+def multiprocess_dir() -> str | None:
+    """The directory of multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``), or None."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def metrics_registry() -> CollectorRegistry:
+    """What ``/metrics`` serves: in multiprocess mode a fresh registry summing every
+    process's files, plus the inbox gauges (read from the database, the same whichever
+    process answers); otherwise this process's default registry (the gauges included)."""
+    path = multiprocess_dir()
+    if path is None:
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=path)
+    registry.register(InboxCollector())
+    return registry
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics``: the Prometheus text format (``CONTENT_TYPE_LATEST``) of
+    ``metrics_registry``. Replaces django-prometheus's view, whose multiprocess registry
+    leaves out collectors such as the inbox gauges."""
+    return HttpResponse(generate_latest(metrics_registry()), content_type=CONTENT_TYPE_LATEST)

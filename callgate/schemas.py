@@ -402,10 +402,12 @@ class ErrorBody(BaseModel):
 class EventResult(BaseModel):
     index: int
     event_id: str | None
-    status: Literal["accepted", "duplicate", "rejected"] = Field(
+    status: Literal["accepted", "duplicate", "conflict", "rejected"] = Field(
         description=(
             "accepted: stored, applied shortly in arrival order (read the outcome with GET /api/v1/events/{event_id}); "
-            "duplicate: this event_id was received before; rejected: not stored, see errors."
+            "duplicate: this event_id was received before with the same content (key order aside): nothing new is "
+            "stored; conflict: this event_id was received before (or earlier in this batch) with other content: not "
+            "stored, errors[].loc names event_id (send it with a new event_id); rejected: not stored, see errors."
         )
     )
     errors: list[FieldError] = []
@@ -450,10 +452,13 @@ class EventStatus(BaseModel):
 
 class EventsResponse(BaseModel):
     """200 when every item was accepted or a duplicate; 207 Multi-Status when any was rejected
-    (a partial failure: the other items are stored)."""
+    or a conflict (a partial failure: the other items are stored)."""
 
     accepted: int
     duplicates: int
+    conflicts: int = Field(
+        description="Items whose event_id was used before for other content (status conflict)."
+    )
     rejected: int
     results: list[EventResult]
 

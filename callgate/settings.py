@@ -15,6 +15,9 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
+
+from callgate import queues
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -272,6 +275,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",  # served from our static files, not a CDN
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "callgate.api.openapi_every_operation",  # 401 and 429 on every operation
+    ],
 }
 # Request bodies up to the batch limit (5 MB) reach the view, which answers 413 itself.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 6 * 1024 * 1024
@@ -283,10 +290,24 @@ CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or (
     CELERY_BROKER_URL if CELERY_BROKER_URL else None
 )
-#: The queue tasks go to (and workers read with ``-Q``); separate deployments on one broker each take their own.
-CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE") or "celery"
-CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
+#: Four queues (``callgate.queues``): ingest, reconcile, webhooks, default; each worker reads
+#: the ones it is started with (``-Q``). The prefix keeps deployments sharing a broker apart.
+CALLGATE_QUEUE_PREFIX = env_str("CALLGATE_QUEUE_PREFIX") or ""
+CELERY_TASK_DEFAULT_QUEUE = queues.queue_name(queues.DEFAULT, CALLGATE_QUEUE_PREFIX)
+CELERY_TASK_QUEUES = [
+    Queue(name, routing_key=name) for name in queues.queue_names(CALLGATE_QUEUE_PREFIX)
+]
+CELERY_TASK_ROUTES = queues.task_routes(CALLGATE_QUEUE_PREFIX)
+#: Acknowledged late, and handed out again when their worker dies, only where running twice is
+#: safe (``queues.REDELIVER_ON_WORKER_LOST``); any other task is acknowledged when it starts.
+CELERY_TASK_ACKS_LATE = False
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_TASK_ANNOTATIONS = {
+    name: {"acks_late": True, "reject_on_worker_lost": True}
+    for name in queues.REDELIVER_ON_WORKER_LOST
+}
+#: One task at a time per worker process: a long look-up never holds tasks another process
+#: could run.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 300  # seconds; below the Redis visibility timeout
 CELERY_TASK_SOFT_TIME_LIMIT = 240

@@ -8,8 +8,9 @@
   ``sweep_inbox`` (drains what a lost ``drain_inbox`` left), ``sweep_reconciling`` (the
   outbox sweeper), ``sweep_deadlines``, ``purge_events``.
 
-Redelivery: tasks are ``acks_late`` with ``task_reject_on_worker_lost``, so a task whose
-worker died runs again. ``reconcile_call`` is safe to repeat (a GET, then a state-checked
+Queues and redelivery: ``callgate.queues`` routes each task to its queue (ingest, reconcile,
+webhooks, default) and lists the tasks that are ``acks_late`` with ``reject_on_worker_lost``
+(all of these), so a task whose worker died runs again. ``reconcile_call`` is safe to repeat (a GET, then a state-checked
 service call), and stops on its own: it does nothing unless the call is still
 ``reconciling``, and a loop guard escalates a call that callgate has already reconciled
 ``RECONCILE_MAX_PER_HOUR`` times in the last hour (counted in the CallEvent log: the
@@ -81,7 +82,6 @@ def reconcile_loop_exceeded(*, call: ToolCall) -> bool:
 @shared_task(
     bind=True,
     name="callgate.tasks.reconcile_call",
-    acks_late=True,
     max_retries=RECONCILE_MAX_RETRIES,
     ignore_result=True,
 )

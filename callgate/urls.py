@@ -16,6 +16,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from callgate import api, health, views
+from callgate.prometheus import metrics_view
 from callgate.reports import views as report_views
 
 project_patterns = [
@@ -37,7 +38,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("health/", health.liveness, name="health"),
     path("ready/", health.readiness, name="ready"),
-    path("", include("django_prometheus.urls")),  # GET /metrics (callgate.metrics)
+    path("metrics", metrics_view, name="prometheus-django-metrics"),  # callgate.prometheus
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

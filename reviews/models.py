@@ -65,6 +65,15 @@ class ReviewItem(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     resolved_at = models.DateTimeField(null=True, blank=True)
+    agent_retries = models.PositiveSmallIntegerField(
+        default=0,
+        db_default=0,
+        help_text=(
+            "New attempts the agent reported while the call's outcome was unknown and this "
+            "item open: a blind retry, so the write may have run twice (issue 16)."
+        ),
+    )
+    agent_retried_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -158,6 +167,7 @@ class ReviewAudit(models.Model):
         MARK_FAILED = "mark_failed", "Marked failed"
         EXPIRED = "expired", "Approval expired"
         SETTLED = "settled", "Settled by a later event"
+        AGENT_RETRY = "agent_retry", "Agent retried while the outcome was unknown"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     item = models.ForeignKey(ReviewItem, on_delete=models.CASCADE, related_name="audit")

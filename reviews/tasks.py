@@ -29,7 +29,6 @@ WEBHOOK_SWEEP_BATCH = 200
     bind=True,
     name="reviews.tasks.webhook_deliver",
     max_retries=webhooks.WEBHOOK_MAX_ATTEMPTS - 1,
-    acks_late=True,
     ignore_result=True,
 )
 def webhook_deliver(self, delivery_id: str) -> str:
@@ -54,7 +53,7 @@ def sweep_webhooks() -> int:
     return len(overdue)
 
 
-@shared_task
+@shared_task(name="reviews.tasks.review_housekeeping")
 def review_housekeeping() -> dict:
     """Periodic: claims whose lease ran out return to the queue; approvals past their timeout expire."""
 

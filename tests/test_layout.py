@@ -29,6 +29,7 @@ PURE = (
     "callgate.lint",
     "callgate.schemas",
     "callgate.timeparse",
+    "callgate.queues",
 )
 
 

@@ -481,6 +481,8 @@ class Protocol:
         item = (response.json().get("results") or [{}])[0]
         if item.get("status") == "rejected":
             raise CallgateError(422, "event rejected", item.get("errors"))
+        if item.get("status") == "conflict":  # an event_id used before for other content
+            raise CallgateError(409, "event_id already used", item.get("errors"))
         return (yield from self._event_answer(str(event["event_id"])))
 
     def _event_answer(self, event_id: str) -> Steps[CallAnswer | None]:
@@ -550,10 +552,11 @@ class Protocol:
                 index = index if isinstance(index, int) and 0 <= index < len(batch) else position
                 if index >= len(batch):
                     continue
-                if item.get("status") == "rejected":
+                if item.get("status") in ("rejected", "conflict"):
                     logger.error(
-                        "callgate rejected event %s, dropped: %s",
+                        "callgate refused event %s (%s), dropped: %s",
                         item.get("event_id") or batch[index].get("event_id"),
+                        item.get("status"),
                         item.get("errors"),
                     )
                 else:

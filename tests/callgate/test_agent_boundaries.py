@@ -181,3 +181,80 @@ class ContractPublishPageTests(BoundaryTestCase):
         response = self.client.post(self.url + "publish/", {"contract": "{}"})
         self.assertEqual(response.status_code, 403)
         self.assertEqual(ToolContract.objects.filter(project=self.project, name="pay").count(), 1)
+
+
+class BlindRetryTests(TrustedSettlementTests):
+    """An agent's new attempt while the first attempt's outcome is unknown (issue 16): it is
+    recorded and flagged for the operator, never a silent close of the review."""
+
+    def retry(self, op: str, **fields) -> dict:
+        attempt = make_event("attempt", operation_id=op, sent=True, **fields)
+        [result] = self.events(self.owner, attempt)
+        self.assertEqual(result["status"], "accepted")
+        return self.event_status(self.owner, attempt)
+
+    def assert_flagged(self, op: str, *, attempts: int) -> ReviewItem:
+        from reviews.models import ReviewAudit
+
+        call = ToolCall.objects.get(operation_id=op)
+        self.assertEqual((call.state, call.attempts), ("in_review", attempts))
+        self.assertIsNone(call.receipt)
+        item = ReviewItem.objects.get(call=call)
+        self.assertTrue(item.is_open)
+        self.assertEqual(item.agent_retries, 1)
+        self.assertIsNotNone(item.agent_retried_at)
+        [audit] = ReviewAudit.objects.filter(item=item, action="agent_retry")
+        self.assertIsNone(audit.actor)
+        self.assertEqual(audit.detail["attempt"], attempts)
+        self.assertEqual(audit.detail["outcome"], "success")
+        self.assertIn("may have run twice", audit.reason)
+        return item
+
+    def assert_shown(self, item: ReviewItem) -> None:
+        self.client.force_login(self.alice)
+        page = self.client.get(f"/p/{self.project.slug}/review/{item.pk}/")
+        self.assertContains(page, "The agent retried this write")
+        self.assertContains(page, "may have run twice")
+        queue = self.client.get(f"/p/{self.project.slug}/review/?status=all")
+        self.assertContains(queue, "agent retried")
+
+    def test_a_retry_of_a_write_that_cannot_be_reconciled_keeps_the_review_open(self):
+        op = self.call_in_review(TRANSFER)
+        answer = self.retry(op, outcome="success", result={"id": "T-1"})
+        self.assertEqual(answer["status"], "applied")
+        self.assertEqual(answer["answer"]["route"], "review")
+        self.assertEqual(answer["answer"]["reason"], "not_reconcilable")
+        self.assertIn("do not call it again", answer["answer"]["observation"].lower())
+        item = self.assert_flagged(op, attempts=2)
+        self.assertEqual(item.reason, "not_reconcilable")
+        stored = CallEvent.objects.get(event_id=answer["event_id"])
+        self.assertTrue(stored.body["blind_retry"])
+        self.assertEqual(stored.body["result"], {"id": "T-1"})  # kept for the operator
+        self.assert_shown(item)
+
+    def test_a_retry_while_callgate_reconciles_escalates_with_the_flag(self):
+        op = self.call_in_review({**TRANSFER, "reconcilable": True}, state="reconciling")
+        self.retry(op, outcome="success", result={"id": "T-1"})
+        item = self.assert_flagged(op, attempts=2)
+        self.assertEqual(item.reason, "outcome_unknown")
+        self.assert_shown(item)
+
+    def test_a_retry_the_operator_approved_is_not_flagged(self):
+        from reviews import services as review_services
+        from reviews.models import ReviewAudit
+
+        op = self.call_in_review(TRANSFER)
+        call = ToolCall.objects.get(operation_id=op)
+        item = ReviewItem.objects.get(call=call)
+        review_services.review_item_decide(
+            item=item,
+            user=self.alice,
+            decision="approve_retry",
+            reason="checked the ledger: not there",
+            override=True,
+        )
+        self.retry(op, outcome="success", result={"id": "T-1"})
+        self.assertEqual(ToolCall.objects.get(operation_id=op).state, "succeeded")
+        item.refresh_from_db()
+        self.assertEqual(item.agent_retries, 0)
+        self.assertFalse(ReviewAudit.objects.filter(item=item, action="agent_retry").exists())

@@ -501,18 +501,23 @@ class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
         database_url = _database_url()
         if database_url is None:
             self.skipTest("the worker process cannot reach an in-memory SQLite test database")
+        from callgate import queues
         from callgate.celery import app
 
-        self.queue = f"e2e-{uuid.uuid4().hex[:8]}"
-        old = (app.conf.task_always_eager, app.conf.task_default_queue)
-        app.conf.task_always_eager = False
-        app.conf.task_default_queue = self.queue
-        self.addCleanup(
-            lambda: (
-                setattr(app.conf, "task_always_eager", old[0]),
-                setattr(app.conf, "task_default_queue", old[1]),
-            )
-        )
+        # queues of our own (callgate.queues under a prefix), so that no other worker on the
+        # same Redis takes the tasks
+        self.prefix = f"e2e-{uuid.uuid4().hex[:8]}-"
+        self.queue = queues.queue_name(queues.DEFAULT, self.prefix)
+        old = (app.conf.task_always_eager, app.conf.task_default_queue, app.conf.task_routes)
+
+        def route(eager, default_queue, routes):
+            app.conf.task_always_eager = eager
+            app.conf.task_default_queue, app.conf.task_routes = default_queue, routes
+            app.amqp.flush_routes()
+            app.amqp.router = app.amqp.Router()
+
+        route(False, self.queue, queues.task_routes(self.prefix))
+        self.addCleanup(route, *old)
         eager = override_settings(CELERY_TASK_ALWAYS_EAGER=False)
         eager.enable()
         self.addCleanup(eager.disable)
@@ -538,7 +543,7 @@ class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
             **os.environ,
             "DATABASE_URL": database_url,
             "DEBUG": "true",
-            "CELERY_TASK_DEFAULT_QUEUE": self.queue,
+            "CALLGATE_QUEUE_PREFIX": self.prefix,
             "CALLGATE_RECONCILE_AUTH_HEADER": f"Authorization: Bearer {TOKEN}",
             "CALLGATE_RECONCILE_AUTH_ORIGINS": self.sim_url,
             "CALLGATE_RECONCILE_TIMEOUT": "20",
@@ -554,7 +559,7 @@ class WorkerKilledDuringReconciliationTests(LiveServerTestCase):
                 "--pool=prefork",
                 "--concurrency=1",
                 "-Q",
-                self.queue,
+                ",".join(queues.queue_names(self.prefix)),
                 "--without-heartbeat",
                 "--without-gossip",
                 "--without-mingle",

@@ -170,3 +170,95 @@ class ReusedEventIdTests(BaseTestCase):
         other = gate("Lima")
         self.assertEqual(other.status_code, 409, other.content)
         self.assertEqual(other.json()["errors"][0]["loc"], "event_id")
+
+    def events(self, body):
+        return self.api().post("/api/v1/events", body, format="json")
+
+    def test_an_event_reusing_an_applied_event_id_with_other_content_is_409(self):
+        from callgate.models import CallEvent, InboxEvent
+        from tests.factories import WEATHER, proposal
+
+        self.api().put("/api/v1/tools/get_weather", WEATHER, format="json")
+        first = proposal("get_weather", {"city": "Oslo"}, request_id="r1")
+        self.assertEqual(self.events(first).json()["accepted"], 1)
+        self.assertEqual(InboxEvent.objects.get(event_id=first["event_id"]).status, "applied")
+        # the exact same content again, keys in another order: an idempotent duplicate
+        reordered = dict(reversed(list(first.items())))
+        again = self.events(reordered)
+        self.assertEqual(again.status_code, 200, again.content)
+        self.assertEqual(again.json()["results"][0]["status"], "duplicate")
+        # other content under the same event_id: a conflict naming the field, not the
+        # first event's result without a word
+        other = {**first, "call": {"tool": "get_weather", "arguments": {"city": "Lima"}}}
+        response = self.events(other)
+        self.assertEqual(response.status_code, 409, response.content)
+        body = response.json()
+        self.assertEqual(body["errors"][0]["loc"], "event_id")
+        self.assertIn("other content", body["error"])
+        # as an array of one: the same 409, the path inside the batch
+        response = self.events([other])
+        self.assertEqual(response.status_code, 409, response.content)
+        self.assertEqual(response.json()["errors"][0]["loc"], "events[0].event_id")
+        self.assertEqual(CallEvent.objects.filter(event_id=first["event_id"]).count(), 1)
+        self.assertEqual(
+            CallEvent.objects.get(event_id=first["event_id"]).call.arguments, {"city": "Oslo"}
+        )
+
+    def test_a_batch_reports_each_conflict_and_stores_the_rest(self):
+        from callgate.models import InboxEvent
+        from tests.factories import WEATHER, proposal
+
+        self.api().put("/api/v1/tools/get_weather", WEATHER, format="json")
+        applied = proposal("get_weather", {"city": "Oslo"})
+        self.assertEqual(self.events(applied).status_code, 200)
+        fresh = proposal("get_weather", {"city": "Rome"})
+        twice = proposal("get_weather", {"city": "Bern"})
+        lima = {"tool": "get_weather", "arguments": {"city": "Lima"}}
+        batch = [
+            {**applied, "call": lima},  # a row received before, other content
+            applied,  # the same content again
+            fresh,
+            twice,
+            {**twice, "call": lima},  # earlier in this batch, other content
+            twice,  # earlier in this batch, the same content
+        ]
+        response = self.events(batch)
+        self.assertEqual(response.status_code, 207, response.content)
+        body = response.json()
+        self.assertEqual(
+            [r["status"] for r in body["results"]],
+            ["conflict", "duplicate", "accepted", "accepted", "conflict", "duplicate"],
+        )
+        self.assertEqual(
+            (body["accepted"], body["duplicates"], body["conflicts"], body["rejected"]),
+            (2, 2, 2, 0),
+        )
+        self.assertEqual(
+            [e["loc"] for r in body["results"] for e in r["errors"]],
+            ["events[0].event_id", "events[4].event_id"],
+        )
+        self.assertEqual(InboxEvent.objects.get(event_id=twice["event_id"]).status, "applied")
+        from callgate.models import CallEvent
+
+        call = CallEvent.objects.get(event_id=twice["event_id"]).call
+        self.assertEqual(call.arguments, {"city": "Bern"})
+
+    def test_an_mcp_gateway_attempt_reusing_an_event_id_is_refused(self):
+        from callgate import services
+        from callgate.inbox import EventRefused
+        from callgate.schemas import EVENT_ADAPTER
+        from tests.factories import WEATHER, make_event, proposal
+
+        self.api().put("/api/v1/tools/get_weather", WEATHER, format="json")
+        proposed = proposal("get_weather", {"city": "Oslo"})
+        self.events(proposed)
+        op = self.api().get(f"/api/v1/events/{proposed['event_id']}").json()["answer"]
+        first = make_event(
+            "attempt", operation_id=op["operation_id"], sent=True, outcome="success", result={}
+        )
+        self.assertEqual(self.events(first).json()["accepted"], 1)
+        other = EVENT_ADAPTER.validate_python({**first, "result": {"temp": 3}})
+        with self.assertRaises(EventRefused) as refused:
+            services.attempt_report(project=self.project, agent=self.agent, attempt=other)
+        self.assertEqual(refused.exception.kind, "reused")
+        self.assertEqual(refused.exception.errors[0]["loc"], "event_id")
