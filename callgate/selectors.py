@@ -16,12 +16,12 @@ from callgate.models import (
     AgentTool,
     ApiKey,
     CallEvent,
-    CallRollup,
     InboxEvent,
     Project,
     ToolCall,
     ToolContract,
 )
+from callgate.reports.rollups import rollup_rows
 from callgate.taxonomy import Category
 from reviews.models import ReviewItem
 
@@ -218,15 +218,18 @@ def calls_category_counts(*, project: Project, filters: CallFilters) -> Category
     ``COUNT_CAP + 1`` matching calls (an index scan stopping there)."""
     used = {f.name for f in fields(filters) if getattr(filters, f.name) not in ("", None)}
     if used <= ROLLUP_FILTERS:
-        rollups = CallRollup.objects.filter(project=project)
-        for name, column in (
-            ("reason", "reason"),
-            ("route", "route"),
-            ("tool", "tool_name"),
-            ("agent", "agent_id"),
-        ):
-            if getattr(filters, name) not in ("", None):
-                rollups = rollups.filter(**{column: getattr(filters, name)})
+        rollups = rollup_rows(
+            project_id=project.pk,
+            tool=None
+            if not filters.tool
+            else ""
+            if filters.tool == metrics.NO_TOOL
+            else filters.tool,
+            agent_id=filters.agent,
+        )
+        for name in ("reason", "route"):
+            if getattr(filters, name):
+                rollups = rollups.filter(**{name: getattr(filters, name)})
         rows = rollups.order_by().values("category").annotate(n=Sum("calls"))
         return CategoryCounts(counts={r["category"]: r["n"] for r in rows if r["n"]})
     newest = (
@@ -351,7 +354,7 @@ def contracts_latest(*, project: Project) -> list[dict]:
     contracts = [c for c in latest if c.rank == 1]
     stats = {
         row["tool_name"]: row
-        for row in CallRollup.objects.filter(project=project)
+        for row in rollup_rows(project_id=project.pk, by=("tool_name",))
         .order_by()
         .values("tool_name")
         .annotate(
@@ -382,7 +385,8 @@ def contract_versions(*, project: Project, name: str) -> list[ToolContract]:
     rollups, as of their last refresh)."""
     versions = list(ToolContract.objects.filter(project=project, name=name).order_by("-version"))
     counts = dict(
-        CallRollup.objects.filter(project=project, contract__in=versions)
+        rollup_rows(project_id=project.pk, by=("contract_id",))
+        .filter(contract__in=versions)
         .values("contract_id")
         .annotate(n=Sum("calls"))
         .order_by()
@@ -433,7 +437,7 @@ def agents_with_keys(*, project: Project) -> list[Agent]:
     ``metrics.window`` (whole hours), as on the overview and the calls list's ``since=24h``."""
     since = metrics.window(TIME_PRESETS["24h"])[0]
     recent = dict(
-        CallRollup.objects.filter(project=project, bucket__gte=since)
+        rollup_rows(project_id=project.pk, since=since, by=("agent_id",))
         .values("agent_id")
         .annotate(n=Sum("calls"))
         .order_by()

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from callgate.models import CallEvent, Membership, ToolCall
+from callgate.models import Agent, CallEvent, Membership, ToolCall
 from reviews.models import ReviewItem
 
 #: Age filter values → minimum age.
@@ -80,11 +80,15 @@ def _apply(qs: QuerySet, filters: QueueFilters, *, user, now, skip: str = "") ->
     if skip != "status":
         qs = qs.filter(_status_q(filters.status))
     if filters.tool and skip != "tool":
-        qs = qs.filter(call__tool_name=filters.tool)
+        qs = qs.filter(tool_name=filters.tool)
     if filters.reason and skip != "reason":
         qs = qs.filter(reason=filters.reason)
     if filters.agent and skip != "agent":
-        qs = qs.filter(call__agent__name=filters.agent)
+        qs = qs.filter(
+            agent_id__in=Agent.objects.filter(
+                project_id=OuterRef("project_id"), name=filters.agent
+            ).values("pk")
+        )
     if filters.age and skip != "age":
         qs = qs.filter(created_at__lte=now - AGE_CHOICES[filters.age])
     if skip != "assignee":
@@ -263,19 +267,19 @@ def annotate_rows(*, project, rows: list) -> None:
     for item in rows:
         item.has_absent = item.call_id in absent
     counts = {
-        (r["call__tool_name"], r["reason"]): r["n"]
+        (r["tool_name"], r["reason"]): r["n"]
         for r in ReviewItem.objects.filter(
             project=project,
             status__in=ReviewItem.OPEN_STATUSES,
             reason__in={i.reason for i in rows},
-            call__tool_name__in={i.call.tool_name for i in rows},
+            tool_name__in={i.tool_name for i in rows},
         )
-        .values("call__tool_name", "reason")
+        .values("tool_name", "reason")
         .annotate(n=Count("pk"))
         .order_by()
     }
     for item in rows:
-        item.n_similar = counts.get((item.call.tool_name, item.reason), 0) - 1
+        item.n_similar = counts.get((item.tool_name, item.reason), 0) - 1
 
 
 def queue_facets(
@@ -296,10 +300,14 @@ def queue_facets(
         return [(r[field], r["n"]) for r in rows[:50]]
 
     facets = {
-        "tool": counts("tool", "call__tool_name"),
+        "tool": counts("tool", "tool_name"),
         "reason": counts("reason", "reason"),
-        "agent": counts("agent", "call__agent__name"),
     }
+    names = dict(Agent.objects.filter(project=project).values_list("pk", "name"))
+    facets["agent"] = sorted(
+        ((names.get(a, f"#{a}"), n) for a, n in counts("agent", "agent_id") if a),
+        key=lambda pair: (-pair[1], pair[0]),
+    )
     status_rows = dict(counts("status", "status"))
     facets["status"] = [
         ("open", status_rows.get("open", 0) + status_rows.get("claimed", 0)),
