@@ -213,13 +213,20 @@ class CategoryCounts:
 def calls_category_counts(*, project: Project, filters: CallFilters) -> CategoryCounts:
     """Matching calls per category, ignoring the category filter itself (so the bar shows
     what picking another category would give). One query whose cost does not grow with the
-    project: from the rollups when only tool, agent, reason and route are filtered (exact as
+    project: from the rollups when only tool, agent, reason, route and a time range of
+    whole UTC hours (the presets: ``since=24h``, the reports' links) are filtered (exact as
     of the last refresh, at most a minute old), else counted over the newest
     ``COUNT_CAP + 1`` matching calls (an index scan stopping there)."""
     used = {f.name for f in fields(filters) if getattr(filters, f.name) not in ("", None)}
-    if used <= ROLLUP_FILTERS:
+    hours = all(
+        moment is None or moment == metrics.hour_floor(moment)
+        for moment in (filters.since, filters.until)
+    )
+    if used <= ROLLUP_FILTERS | {"since", "until"} and hours:
         rollups = rollup_rows(
             project_id=project.pk,
+            since=filters.since,
+            until=filters.until,
             tool=None
             if not filters.tool
             else ""
