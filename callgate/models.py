@@ -569,8 +569,8 @@ ROLLUP_MEASURES = (
 
 
 class RollupCube(models.Model):
-    """``CallRollup`` summed to fewer dimensions, by hour and by UTC day: what a report
-    reads so that a 30-day report reads about 30 days × (tools or agents or reasons) rows,
+    """``CallRollup`` summed to fewer dimensions, by hour, UTC day and UTC month: what a
+    report reads so that a 30-day report reads about 30 days × (tools or agents or reasons) rows,
     whatever the number of calls (the hourly cells of every tool × agent × reason grow with
     the project's traffic; these do not, once every combination occurs).
 
@@ -581,13 +581,15 @@ class RollupCube(models.Model):
     - ``agent``: agent, reason, category, route.
 
     ``grain`` ``hour``: ``bucket`` is the start of a UTC hour (the sum of that hour's
-    ``CallRollup`` rows); ``day``: the start of a UTC day (the sum of its 24 hours). Kept
+    ``CallRollup`` rows); ``day``: the start of a UTC day (the sum of its 24 hours);
+    ``month``: the start of a UTC month (the sum of its days). Kept
     equal to ``CallRollup`` by ``callgate.reports.rollups`` (rewritten in the transaction
     that rewrites an hour's ``CallRollup`` rows)."""
 
     class Grain(models.TextChoices):
         HOUR = "hour", "Hour"
         DAY = "day", "Day"
+        MONTH = "month", "Month"
 
     class Dims(models.TextChoices):
         TOTAL = "total", "Reason and route"
@@ -595,7 +597,7 @@ class RollupCube(models.Model):
         AGENT = "agent", "Agent, reason and route"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
-    grain = models.CharField(max_length=4, choices=Grain.choices)
+    grain = models.CharField(max_length=5, choices=Grain.choices)
     dims = models.CharField(max_length=5, choices=Dims.choices)
     bucket = models.DateTimeField(help_text="Start of the UTC hour or day (``grain``).")
     tool_name = models.CharField(max_length=128, blank=True)

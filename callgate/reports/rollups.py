@@ -34,12 +34,14 @@ Coarser rollups
 A 30-day report over hourly cells of every tool × agent × reason would read a number of rows
 that grows with the project's traffic. ``RollupCube`` keeps the same counts summed to fewer
 dimensions (reason and route; tool, contract, reason and route; agent, reason and route), by
-hour and by UTC day. ``rollup_bucket_refresh`` rewrites the hour's cube rows from the cells
-it just computed and the day's cube rows from the day's 24 hours of cube rows, in the same
-transaction (the day serialised by its own lock, taken after the hour's), so the cubes equal
-``CallRollup`` whenever it is committed. ``rollup_rows`` picks for a query the smallest
-table that has its dimensions and, for a range, the whole days from the day rows and the
-partial days at either end from the hour rows.
+hour, by UTC day and by UTC month. ``rollup_bucket_refresh`` rewrites the hour's cube rows
+from the cells it just computed, the day's from the day's 24 hours of cube rows and the
+month's from its days, in the same transaction (the day and the month serialised by locks
+of their own, taken after the hour's), so the cubes equal ``CallRollup`` whenever it is
+committed. ``rollup_rows`` picks for a query the smallest table that has its dimensions
+and, for a range, the whole months from month rows, the whole days left from day rows and
+the partial days at either end from hour rows: what a query reads grows with neither the
+traffic nor (beyond a row set a month) the project's history.
 
 ``rollups_as_of`` (the start of the last refresh, in Django's cache) tells how fresh the
 rollups are. For anything older (a new installation, an upgrade that added columns, a
@@ -94,12 +96,33 @@ def day_ceil(moment: datetime) -> datetime:
     return floor if floor == moment else floor + timedelta(days=1)
 
 
-def _lock_bucket(project_id: int, bucket: datetime, *, day: bool = False) -> None:
-    """Serialise refreshes of one hour bucket (or, ``day``, of one day's cube rows) until
-    the surrounding transaction ends. Hours take keys >= 0, days keys < 0."""
+def month_floor(moment: datetime) -> datetime:
+    """The start of the UTC month ``moment`` falls in (aware, UTC)."""
+    return day_floor(moment).replace(day=1)
+
+
+def month_ceil(moment: datetime) -> datetime:
+    """``moment`` rounded up to a whole UTC month (itself when it is one)."""
+    floor = month_floor(moment)
+    if floor == moment:
+        return floor
+    return (floor + timedelta(days=32)).replace(day=1)
+
+
+def _lock_bucket(
+    project_id: int, bucket: datetime, *, day: bool = False, month: bool = False
+) -> None:
+    """Serialise refreshes of one hour bucket (or, ``day`` / ``month``, of one day's or
+    month's cube rows) until the surrounding transaction ends. Hours take keys >= 0, days
+    keys in [-2**30, 0), months keys below -2**30."""
     if connection.vendor == "postgresql":
         hours = int(bucket.timestamp()) // 3600
-        key = -(hours // 24) - 1 if day else hours
+        if month:
+            key = -(2**30) - (bucket.year * 12 + bucket.month)
+        elif day:
+            key = -(hours // 24) - 1
+        else:
+            key = hours
         with connection.cursor() as cursor:
             # two-int form: (project, hour or -day-1 since the epoch); classid/objid are int4
             cursor.execute(
@@ -163,6 +186,40 @@ def _cube_day_refresh(*, project_id: int, day: datetime) -> None:
         project_id=project_id, grain=RollupCube.Grain.DAY, bucket=day
     ).delete()
     RollupCube.objects.bulk_create(new)
+    _cube_month_refresh(project_id=project_id, month=month_floor(day))
+
+
+def _cube_month_refresh(*, project_id: int, month: datetime) -> None:
+    """Rewrite the month cube rows of ``(project, month)`` from its day cube rows (at most
+    31 days of them), as ``_cube_day_refresh`` does a day's. Serialised per month, after
+    the day's lock."""
+    _lock_bucket(project_id, month, month=True)
+    columns = ("dims", "tool_name", "contract_id", "agent_id", "reason", "category", "route")
+    rows = (
+        RollupCube.objects.filter(
+            project_id=project_id,
+            grain=RollupCube.Grain.DAY,
+            bucket__gte=month,
+            bucket__lt=month_ceil(month + timedelta(hours=1)),
+        )
+        .values(*columns)
+        .annotate(**{f"sum_{m}": Sum(m) for m in ROLLUP_MEASURES})
+        .order_by()
+    )
+    new = [
+        RollupCube(
+            project_id=project_id,
+            grain=RollupCube.Grain.MONTH,
+            bucket=month,
+            **{c: row[c] for c in columns},
+            **{m: row[f"sum_{m}"] for m in ROLLUP_MEASURES},
+        )
+        for row in rows
+    ]
+    RollupCube.objects.filter(
+        project_id=project_id, grain=RollupCube.Grain.MONTH, bucket=month
+    ).delete()
+    RollupCube.objects.bulk_create(new)
 
 
 def _cube_hour_write(*, project_id: int, bucket: datetime, cells: list[dict]) -> None:
@@ -195,22 +252,44 @@ def cubes_rewrite(*, project_id: int) -> int:
             for b, rows in cells.items()
             for row in cube_cells(rows)
         ]
-        by_day: dict[datetime, list[dict]] = {}
-        for b, rows in cells.items():
-            by_day.setdefault(day_floor(b), []).extend(rows)
-        days = [
-            RollupCube(project_id=project_id, grain=RollupCube.Grain.DAY, bucket=d, **row)
-            for d, rows in by_day.items()
-            for row in cube_cells(rows)
-        ]
-        RollupCube.objects.bulk_create(hours + days, batch_size=5000)
-    return len(hours) + len(days)
+        coarser = []
+        for grain, floor in (
+            (RollupCube.Grain.DAY, day_floor),
+            (RollupCube.Grain.MONTH, month_floor),
+        ):
+            by_bucket: dict[datetime, list[dict]] = {}
+            for b, rows in cells.items():
+                by_bucket.setdefault(floor(b), []).extend(rows)
+            coarser += [
+                RollupCube(project_id=project_id, grain=grain, bucket=d, **row)
+                for d, rows in by_bucket.items()
+                for row in cube_cells(rows)
+            ]
+        RollupCube.objects.bulk_create(hours + coarser, batch_size=5000)
+    return len(hours) + len(coarser)
 
 
-def _range_q(since: datetime | None, until: datetime | None, *, hourly: bool) -> Q:
+#: The grains a range is covered with, coarsest first, and how each rounds a moment.
+_GRAINS = (
+    (RollupCube.Grain.MONTH, month_floor, month_ceil),
+    (RollupCube.Grain.DAY, day_floor, day_ceil),
+    (RollupCube.Grain.HOUR, hour_floor, hour_floor),
+)
+#: The coarsest grain a query grouping by a time period may read.
+_COARSEST = {
+    None: RollupCube.Grain.MONTH,
+    "week": RollupCube.Grain.DAY,  # weeks do not fall on month bounds
+    "day": RollupCube.Grain.DAY,
+    "hour": RollupCube.Grain.HOUR,
+}
+
+
+def _range_q(since: datetime | None, until: datetime | None, *, period: str | None) -> Q:
     """The cube rows covering ``[since, until)`` (whole UTC hours; None: unbounded) once
-    each: day rows for the whole days, hour rows for the partial days at either end (every
-    hour row when ``hourly``)."""
+    each: month rows for the whole months, day rows for the whole days left at either end,
+    hour rows for the rest; never coarser than ``_COARSEST[period]``."""
+    names = [g for g, _, _ in _GRAINS]
+    grains = _GRAINS[names.index(_COARSEST[period]) :]
 
     def bounds(grain: str, lo: datetime | None, hi: datetime | None) -> Q:
         q = Q(grain=grain)
@@ -220,16 +299,22 @@ def _range_q(since: datetime | None, until: datetime | None, *, hourly: bool) ->
             q &= Q(bucket__lt=hi)
         return q
 
-    first = day_ceil(since) if since is not None else None
-    last = day_floor(until) if until is not None else None
-    if hourly or (first is not None and last is not None and first >= last):
-        return bounds(RollupCube.Grain.HOUR, since, until)
-    q = bounds(RollupCube.Grain.DAY, first, last)
-    if since is not None and since < first:
-        q |= bounds(RollupCube.Grain.HOUR, since, first)
-    if until is not None and last < until:
-        q |= bounds(RollupCube.Grain.HOUR, last, until)
-    return q
+    def cover(lo: datetime | None, hi: datetime | None, levels) -> Q:
+        (grain, floor, ceil), *finer = levels
+        if not finer:
+            return bounds(grain, lo, hi)
+        first = ceil(lo) if lo is not None else None
+        last = floor(hi) if hi is not None else None
+        if first is not None and last is not None and first >= last:
+            return cover(lo, hi, finer)
+        q = bounds(grain, first, last)
+        if lo is not None and lo < first:
+            q |= cover(lo, first, finer)
+        if hi is not None and last < hi:
+            q |= cover(last, hi, finer)
+        return q
+
+    return cover(since, until, grains)
 
 
 def rollup_rows(
@@ -240,13 +325,14 @@ def rollup_rows(
     tool: str | None = None,
     agent_id: int | None = None,
     by: Iterable[str] = (),
-    hourly: bool = False,
+    period: str | None = None,
 ) -> QuerySet:
     """The rollup rows to sum for one project's calls created in ``[since, until)`` (whole
     UTC hours; None: unbounded), of ``tool`` (a tool name, "" for none; None: any) and
     ``agent_id`` (None: any), to be grouped by the columns ``by`` (of ``tool_name``,
-    ``contract_id``, ``agent_id``, ``reason``, ``category``, ``route``). ``hourly``: the
-    caller groups by the hour of ``bucket`` (only hour rows are read).
+    ``contract_id``, ``agent_id``, ``reason``, ``category``, ``route``). ``period`` ("hour",
+    "day", "week"): the caller groups by that period of ``bucket`` (no coarser rows are
+    read).
 
     Every row has the ``CallRollup`` columns (``bucket`` the start of its hour or day) and
     each call is counted in exactly one row, so sums over them equal sums over
@@ -271,7 +357,7 @@ def rollup_rows(
             else RollupCube.Dims.TOTAL
         )
         qs = RollupCube.objects.filter(project_id=project_id, dims=dims).filter(
-            _range_q(since, until, hourly=hourly)
+            _range_q(since, until, period=period)
         )
     if tool is not None:
         qs = qs.filter(tool_name=tool)

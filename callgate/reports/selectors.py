@@ -185,11 +185,11 @@ def _rollups(
     since: datetime | None = None,
     until: datetime | None = None,
     by: tuple[str, ...] = (),
-    hourly: bool = False,
+    period: str | None = None,
 ):
     """The rollup rows of ``project`` in ``[since, until)`` (default: the filters' range)
-    with the filters' tool and agent, for a query grouping by the columns ``by`` (by hour
-    when ``hourly``): ``rollups.rollup_rows``."""
+    with the filters' tool and agent, for a query grouping by the columns ``by`` (and by
+    ``period`` of the bucket, if given): ``rollups.rollup_rows``."""
     return rollup_rows(
         project_id=project.pk,
         since=since or f.since,
@@ -197,7 +197,7 @@ def _rollups(
         tool=f.tool or None,
         agent_id=f.agent_id,
         by=by,
-        hourly=hourly,
+        period=period,
     )
 
 
@@ -253,7 +253,7 @@ def report_categories(*, project: Project, f: ReportFilters) -> dict:
     spans = periods(f)
     index = {start: i for i, (start, _) in enumerate(spans)}
     rows = (
-        _rollups(project, f, hourly=f.granularity == "hour")
+        _rollups(project, f, period=f.granularity)
         .annotate(period=Trunc("bucket", f.granularity, tzinfo=UTC))
         .values("period", "category")
         .annotate(calls=Sum("calls"))
@@ -452,7 +452,7 @@ def report_duplicates(*, project: Project, f: ReportFilters) -> dict:
     spans = periods(f)
     prevented = [0] * len(spans)
     rows = (
-        _rollups(project, f, hourly=f.granularity == "hour")
+        _rollups(project, f, period=f.granularity)
         .filter(duplicates_suppressed__gt=0)
         .values("bucket")
         .annotate(n=Sum("duplicates_suppressed"))

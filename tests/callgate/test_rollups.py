@@ -62,7 +62,10 @@ def rollup_sums(project, dims: str, grain: str) -> dict:
     """The same sums computed from ``CallRollup`` (what the cube must equal)."""
     out: dict = {}
     for r in CallRollup.objects.filter(project=project).values():
-        bucket = r["bucket"] if grain == "hour" else rollups.day_floor(r["bucket"])
+        floor = {"hour": rollups.hour_floor, "day": rollups.day_floor}.get(
+            grain, rollups.month_floor
+        )
+        bucket = floor(r["bucket"])
         key = (bucket, *(r[c] for c in rollups.CUBE_DIMS[dims]))
         n, a, u = out.get(key, (0, 0, 0))
         out[key] = (n + r["calls"], a + r["attempts"], u + r["unknown_calls"])
@@ -71,7 +74,7 @@ def rollup_sums(project, dims: str, grain: str) -> dict:
 
 def assert_cubes_agree(project) -> None:
     for dims in rollups.CUBE_DIMS:
-        for grain in ("hour", "day"):
+        for grain in ("hour", "day", "month"):
             assert cube_sums(project, dims, grain) == rollup_sums(project, dims, grain), (
                 dims,
                 grain,
@@ -145,12 +148,14 @@ class RollupsTests(BaseTestCase):
             assert_cubes_agree(self.other_project)
 
     def test_rollup_rows_count_each_call_once_over_any_range(self):
-        """Day rows for whole days, hour rows at the ends: the sums over ``rollup_rows``
-        equal ``CallRollup``'s for ranges that start and end anywhere, with every filter
-        and grouping (each picking another cube, or ``CallRollup`` itself)."""
+        """Month rows for whole months, day rows for whole days, hour rows at the ends:
+        the sums over ``rollup_rows`` equal ``CallRollup``'s for ranges that start and end
+        anywhere, with every filter and grouping (each picking another cube, or
+        ``CallRollup`` itself)."""
         now = rollups.hour_floor(timezone.now())
         rng = random.Random(7)
-        for day in range(4):  # calls over four days, so ranges cross whole days
+        # calls over ten weeks, so ranges cross whole days and whole months
+        for day in (0, 1, 2, 3, 20, 35, 50, 65):
             generate(
                 rng,
                 project=self.project,
@@ -168,9 +173,12 @@ class RollupsTests(BaseTestCase):
             {"by": ("agent_id",)},
             {"by": ("contract_id",)},
             {"tool": "get_weather", "agent_id": self.agent.pk},
-            {"hourly": True},
+            {"period": "hour"},
+            {"period": "day"},
+            {"period": "week", "by": ("agent_id",)},
         ]
-        for since_h, until_h in ((-100, 2), (-50, -3), (-30, -29), (-72, -24), (-200, 200)):
+        ranges = ((-100, 2), (-50, -3), (-30, -29), (-72, -24), (-200, 200), (-24 * 70, 5))
+        for since_h, until_h in ranges:
             since, until = now + timedelta(hours=since_h), now + timedelta(hours=until_h)
             for case in cases:
                 expected = CallRollup.objects.filter(
