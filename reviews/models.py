@@ -122,6 +122,8 @@ class ReviewItem(models.Model):
                 name="reviewitem_open_age",
                 condition=models.Q(status__in=["open", "claimed"]),
             ),
+            # queue facets: items per status (an index-only count, not a read of every item)
+            models.Index(fields=["project", "status"], name="reviewitem_status"),
             # review health report: items closed in a range
             models.Index(fields=["project", "resolved_at"], name="reviewitem_resolved_at"),
         ]

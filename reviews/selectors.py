@@ -291,9 +291,11 @@ def queue_facets(
     "assignee": [(anyone|me|unassigned, n)], "age": [(15m|1h|24h, n)]}``; tool, reason and
     agent list at most 50 values, most items first.
 
-    One grouped query over the project's items (by tool, reason, agent, status, whether a
-    claim is live and whose, and the age thresholds: a few hundred groups at most), every
-    facet summed from its groups here: one read of the items instead of one per facet."""
+    One grouped query over the project's items of the status filter (by tool, reason,
+    agent, status, whether a claim is live and whose, and the age thresholds: a few hundred
+    groups at most), every facet summed from its groups here, and one count per status with
+    the other filters (unless the status filter is ``all``): two reads of the items instead
+    of one per facet, and only the status counts read the closed items."""
 
     now = now or timezone.now()
     live = Q(status=ReviewItem.Status.CLAIMED, lease_expires_at__gt=now, assignee__isnull=False)
@@ -302,8 +304,10 @@ def queue_facets(
         "mine": live & Q(assignee=user),
         **{f"age_{k}": Q(created_at__lte=now - d) for k, d in AGE_CHOICES.items()},
     }
+    # the status filter narrows every facet but the status facet's own (counted apart)
     groups = list(
         ReviewItem.objects.filter(project=project)
+        .filter(_status_q(filters.status))
         .annotate(
             **{k: ExpressionWrapper(q, output_field=BooleanField()) for k, q in flags.items()}
         )
@@ -349,7 +353,21 @@ def queue_facets(
             (name, n) for name, n in counts("agent", lambda g: names.get(g["agent_id"], "")) if name
         ],
     }
-    status_rows = dict(counts("status", lambda g: g["status"]))
+    if filters.status == "all":  # every item is in the groups already
+        status_rows = dict(counts("status", lambda g: g["status"]))
+    else:
+        status_rows = dict(
+            _apply(
+                ReviewItem.objects.filter(project=project),
+                filters,
+                user=user,
+                now=now,
+                skip="status",
+            )
+            .values_list("status")
+            .annotate(n=Count("*"))  # not the id: an index-only scan of (project, status)
+            .order_by()
+        )
     facets["status"] = [
         ("open", status_rows.get("open", 0) + status_rows.get("claimed", 0)),
         *[(s, status_rows.get(s, 0)) for s in ("claimed", "resolved", "expired", "settled")],

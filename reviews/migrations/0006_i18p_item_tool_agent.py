@@ -67,5 +67,9 @@ class Migration(migrations.Migration):
                 name="reviewitem_open_age",
             ),
         ),
+        migrations.AddIndex(
+            model_name="reviewitem",
+            index=models.Index(fields=["project", "status"], name="reviewitem_status"),
+        ),
         migrations.RunPython(backfill, migrations.RunPython.noop, elidable=True),
     ]

@@ -80,12 +80,57 @@ class QueryPlanTests(TestCase):
         cls.agent = Agent.objects.filter(project=cls.project).first()
         cls.call = ToolCall.objects.filter(project=cls.project).first()
         cls.user = queue.operators(project=cls.project).first()
+        cls.crowd_other_tenant()
+
+    @classmethod
+    def crowd_other_tenant(cls, n: int = 3000) -> None:
+        """Another tenant with many open review items and calls: an index of every tenant's
+        rows (the one-open-item-per-call index, say) stops looking as cheap as one that
+        starts with the project, as it does at scale."""
+        import uuid
+
+        from callgate.models import Project
+
+        other = Project.objects.create(name="crowd", slug="crowd")
+        agent = Agent.objects.create(project=other, name="crowd-bot")
+        now = timezone.now()
+        calls = ToolCall.objects.bulk_create(
+            [
+                ToolCall(
+                    project=other,
+                    agent=agent,
+                    operation_id=str(uuid.uuid4()),
+                    tool_name="issue_refund",
+                    state=ToolCall.State.IN_REVIEW,
+                    reason="outcome_unknown",
+                    created_at=now - timedelta(minutes=i),
+                    updated_at=now,
+                )
+                for i in range(n)
+            ]
+        )
+        ReviewItem.objects.bulk_create(
+            [
+                ReviewItem(
+                    project=other,
+                    call=call,
+                    reason="outcome_unknown",
+                    tool_name="issue_refund",
+                    agent=agent,
+                    created_at=call.created_at,
+                )
+                for call in calls
+            ]
+        )
 
     def plans_of(self, run) -> list[tuple[str, str]]:
         with CaptureQueriesContext(connection) as queries:
             run()
         out = []
         with connection.cursor() as cursor:
+            # statistics of this data (earlier tests' rows, committed and flushed, can leave
+            # the planner believing the tables empty, where any index looks as cheap)
+            cursor.execute(f"ANALYZE {', '.join(GROWING)}")
             cursor.execute("SET LOCAL enable_seqscan = off")
             for query in queries.captured_queries:
                 sql = query["sql"]
