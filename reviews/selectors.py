@@ -84,11 +84,9 @@ def _apply(qs: QuerySet, filters: QueueFilters, *, user, now, skip: str = "") ->
     if filters.reason and skip != "reason":
         qs = qs.filter(reason=filters.reason)
     if filters.agent and skip != "agent":
-        qs = qs.filter(
-            agent_id__in=Agent.objects.filter(
-                project_id=OuterRef("project_id"), name=filters.agent
-            ).values("pk")
-        )
+        # a join (hashed: agents are few), not a subquery correlated on the project, which
+        # ran once per item
+        qs = qs.filter(agent__name=filters.agent)
     if filters.age and skip != "age":
         qs = qs.filter(created_at__lte=now - AGE_CHOICES[filters.age])
     if skip != "assignee":
