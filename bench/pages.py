@@ -140,7 +140,11 @@ def targets(project: Project) -> list[tuple[str, str, str, dict]]:
             pages.append(
                 (f"API reports/{name} {days}d", "API", f"/api/v1/reports/{name}", {"days": days})
             )
-    pages.append(("API calls/{operation_id}", "API", f"/api/v1/calls/{call.operation_id}", {}))
+    # the API shows a key only its own agent's calls (the key is the first agent's)
+    own = ToolCall.objects.filter(project=project, agent=agent).order_by("-created_at")[500:501]
+    own_call = own.get()
+    pages.append(("API calls", "API", "/api/v1/calls", {}))
+    pages.append(("API calls/{operation_id}", "API", f"/api/v1/calls/{own_call.operation_id}", {}))
     del open_items
     return [p for p in pages if p is not None]
 

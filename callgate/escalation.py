@@ -70,13 +70,16 @@ def webhook_outbox_add(*, item: ReviewItem, call: ToolCall) -> None:
 
 
 def _new_item(call: ToolCall, kind: str) -> ReviewItem:
-    """An unsaved open item for ``call``: its reason, the reason's priority, and for an
-    approval the call's approval timeout."""
+    """An unsaved open item for ``call``: its reason, the reason's priority, its tool name
+    and agent (copied, so the queue never joins the calls table), and for an approval the
+    call's approval timeout."""
     return ReviewItem(
         project_id=call.project_id,
         call=call,
         kind=kind,
         reason=call.reason,
+        tool_name=call.tool_name,
+        agent_id=call.agent_id,
         priority=PRIORITY_BY_REASON.get(call.reason, 2),
         approval_expires_at=call.approval_expires_at if kind == ReviewItem.Kind.APPROVAL else None,
     )

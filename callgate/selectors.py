@@ -17,12 +17,12 @@ from callgate.models import (
     AgentTool,
     ApiKey,
     CallEvent,
-    CallRollup,
     InboxEvent,
     Project,
     ToolCall,
     ToolContract,
 )
+from callgate.reports.rollups import rollup_rows
 from callgate.taxonomy import Category
 from reviews.models import ReviewItem
 
@@ -217,20 +217,30 @@ class CategoryCounts:
 def calls_category_counts(*, project: Project, filters: CallFilters) -> CategoryCounts:
     """Matching calls per category, ignoring the category filter itself (so the bar shows
     what picking another category would give). One query whose cost does not grow with the
-    project: from the rollups when only tool, agent, reason and route are filtered (exact as
+    project: from the rollups when only tool, agent, reason, route and a time range of
+    whole UTC hours (the presets: ``since=24h``, the reports' links) are filtered (exact as
     of the last refresh, at most a minute old), else counted over the newest
     ``COUNT_CAP + 1`` matching calls (an index scan stopping there)."""
     used = {f.name for f in fields(filters) if getattr(filters, f.name) not in ("", None)}
-    if used <= ROLLUP_FILTERS:
-        rollups = CallRollup.objects.filter(project=project)
-        for name, column in (
-            ("reason", "reason"),
-            ("route", "route"),
-            ("tool", "tool_name"),
-            ("agent", "agent_id"),
-        ):
-            if getattr(filters, name) not in ("", None):
-                rollups = rollups.filter(**{column: getattr(filters, name)})
+    hours = all(
+        moment is None or moment == metrics.hour_floor(moment)
+        for moment in (filters.since, filters.until)
+    )
+    if used <= ROLLUP_FILTERS | {"since", "until"} and hours:
+        rollups = rollup_rows(
+            project_id=project.pk,
+            since=filters.since,
+            until=filters.until,
+            tool=None
+            if not filters.tool
+            else ""
+            if filters.tool == metrics.NO_TOOL
+            else filters.tool,
+            agent_id=filters.agent,
+        )
+        for name in ("reason", "route"):
+            if getattr(filters, name):
+                rollups = rollups.filter(**{name: getattr(filters, name)})
         rows = rollups.order_by().values("category").annotate(n=Sum("calls"))
         return CategoryCounts(counts={r["category"]: r["n"] for r in rows if r["n"]})
     newest = (
@@ -355,7 +365,7 @@ def contracts_latest(*, project: Project) -> list[dict]:
     contracts = [c for c in latest if c.rank == 1]
     stats = {
         row["tool_name"]: row
-        for row in CallRollup.objects.filter(project=project)
+        for row in rollup_rows(project_id=project.pk, by=("tool_name",))
         .order_by()
         .values("tool_name")
         .annotate(
@@ -397,7 +407,8 @@ def contract_versions(
         list(ToolContract.objects.filter(project=project, name=name).order_by("-version")),
     )
     counts = dict(
-        CallRollup.objects.filter(project=project, contract__in=versions)
+        rollup_rows(project_id=project.pk, by=("contract_id",))
+        .filter(contract__in=versions)
         .values("contract_id")
         .annotate(n=Sum("calls"))
         .order_by()
@@ -458,7 +469,7 @@ def agents_with_keys(*, project: Project) -> list[WithAnnotations[Agent, AgentAc
     ``metrics.window`` (whole hours), as on the overview and the calls list's ``since=24h``."""
     since = metrics.window(TIME_PRESETS["24h"])[0]
     recent = dict(
-        CallRollup.objects.filter(project=project, bucket__gte=since)
+        rollup_rows(project_id=project.pk, since=since, by=("agent_id",))
         .values("agent_id")
         .annotate(n=Sum("calls"))
         .order_by()

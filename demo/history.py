@@ -47,6 +47,7 @@ from callgate.models import (
     InboxEvent,
     Project,
     RequestBudget,
+    RollupCube,
     ToolCall,
     ToolContract,
 )
@@ -156,6 +157,7 @@ def demo_reset(*, project: Project) -> int:
         ReviewItem.objects.filter(project=project).delete()
         ToolCall.objects.filter(project=project).delete()
         CallRollup.objects.filter(project=project).delete()
+        RollupCube.objects.filter(project=project).delete()
         InboxEvent.objects.filter(project=project).delete()
         RequestBudget.objects.filter(project=project).delete()
         # the keys earlier runs issued (each run prints fresh ones)
@@ -536,6 +538,8 @@ def _resolved_item(project, row: ToolCall, call: ToolCall, operator):
         kind=ReviewItem.Kind.APPROVAL if approval else ReviewItem.Kind.ESCALATION,
         status=ReviewItem.Status.RESOLVED,
         reason=Reason.APPROVAL_PENDING if approval else call.reason,
+        tool_name=call.tool_name,
+        agent_id=call.agent_id,
         resolution=call.decision,
         resolved_by=operator,
         resolved_at=call.decided_at,

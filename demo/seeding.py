@@ -41,6 +41,7 @@ from callgate.models import (
     CallRollup,
     Project,
     RequestBudget,
+    RollupCube,
     ToolCall,
     ToolContract,
 )
@@ -463,13 +464,18 @@ def _clone(
             f"""
             CREATE TEMP TABLE seed_item ON COMMIT DROP AS
             SELECT nextval(pg_get_serial_sequence('{item_t}', 'id')) AS id, t.id AS template_id,
-                   m.id AS call_id, m.shift
+                   m.id AS call_id, m.agent_id, m.shift
             FROM seed_map m JOIN {item_t} t ON t.call_id = m.template_id ORDER BY m.n, t.id
             """
         )
         cols, exprs = _select_list(
             ReviewItem,
-            {"id": "m.id", "project_id": str(project.pk), "call_id": "m.call_id"},
+            {
+                "id": "m.id",
+                "project_id": str(project.pk),
+                "call_id": "m.call_id",
+                "agent_id": "m.agent_id",
+            },
         )
         cur.execute(
             f"INSERT INTO {item_t} ({cols}) SELECT {exprs} FROM seed_item m "
@@ -508,9 +514,10 @@ def _clone(
 
 def rollups_rewrite(*, project: Project) -> int:
     """Rewrite the project's ``CallRollup`` rows from one aggregate over its calls
-    (``callgate.reports.rollups.rollup_cells``, every bucket at once). Returns the number of
+    (``callgate.reports.rollups.rollup_cells``, every bucket at once), then its
+    ``RollupCube`` rows from those (``cubes_rewrite``). Returns the number of ``CallRollup``
     rows. For a freshly seeded project; live projects use the refresh."""
-    from callgate.reports.rollups import rollup_cells
+    from callgate.reports.rollups import cubes_rewrite, rollup_cells
 
     with transaction.atomic():
         CallRollup.objects.filter(project=project).delete()
@@ -519,6 +526,7 @@ def rollups_rewrite(*, project: Project) -> int:
             (CallRollup(project=project, **cell) for cell in cells.iterator(chunk_size=5000)),
             batch_size=5000,
         )
+        cubes_rewrite(project_id=project.pk)
     return len(rows)
 
 
@@ -575,7 +583,15 @@ def seed_scale(
     from reviews.models import ReviewAudit, ReviewItem
 
     with connection.cursor() as cur:
-        for model in (ToolCall, CallEvent, ReviewItem, ReviewAudit, CallRollup, RequestBudget):
+        for model in (
+            ToolCall,
+            CallEvent,
+            ReviewItem,
+            ReviewAudit,
+            CallRollup,
+            RollupCube,
+            RequestBudget,
+        ):
             cur.execute(f"ANALYZE {model._meta.db_table}")
     return SeedResult(
         project=project,

@@ -48,6 +48,19 @@ class ReviewItem(models.Model):
     reason = models.CharField(
         max_length=32, help_text="The call's reason when the item was opened."
     )
+    # the call's, copied when the item is opened (a call's tool and agent never change): the
+    # queue filters and counts by them without joining the calls table
+    tool_name = models.CharField(max_length=128, blank=True, help_text="The call's tool name.")
+    agent = models.ForeignKey(
+        Agent,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_index=False,  # read within a project only (an index of every tenant's items by
+        # agent lured the planner into reading it whole for one project's counts)
+        help_text="The call's agent.",
+    )
     priority = models.PositiveSmallIntegerField(default=2, help_text="0 is the most urgent.")
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -112,10 +125,28 @@ class ReviewItem(models.Model):
             models.Index(
                 fields=["project", "resolved_by", "resolved_at"], name="reviewitem_resolved_by"
             ),
+            # overview's oldest open item, review health's open items by age
+            models.Index(
+                fields=["project", "created_at", "id"],
+                name="reviewitem_open_age",
+                condition=models.Q(status__in=["open", "claimed"]),
+            ),
+            # queue facets: items per status (an index-only count, not a read of every item)
+            models.Index(fields=["project", "status"], name="reviewitem_status"),
+            # review health report: items closed in a range
+            models.Index(fields=["project", "resolved_at"], name="reviewitem_resolved_at"),
         ]
 
     def __str__(self) -> str:
         return f"review #{self.pk} {self.reason}"
+
+    def save(self, *args, **kwargs):
+        """Copy the call's tool name and agent onto a new item that lacks them (callgate's
+        ``escalation`` sets them itself; this keeps other writers, fixtures included,
+        right)."""
+        if self._state.adding and self.agent_id is None and self.call_id is not None:
+            self.tool_name, self.agent_id = self.call.tool_name, self.call.agent_id
+        super().save(*args, **kwargs)
 
     @property
     def is_open(self) -> bool:
@@ -191,6 +222,12 @@ class ReviewAudit(models.Model):
         indexes = [
             # item page and CSV export: an item's trail in order
             models.Index(fields=["item", "created_at"], name="reviewaudit_item"),
+            # review health report: overrides in a range (rare: a small partial index)
+            models.Index(
+                fields=["project", "created_at"],
+                name="reviewaudit_override",
+                condition=models.Q(override=True),
+            ),
         ]
 
     def __str__(self) -> str:

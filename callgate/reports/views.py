@@ -25,9 +25,9 @@ from django.views.decorators.http import require_GET
 from callgate import labels, metrics
 from callgate.access import ProjectRequest, Role, project_view
 from callgate.csvexport import csv_safe
-from callgate.models import Agent, CallRollup, ToolContract
+from callgate.models import Agent, ToolContract
 from callgate.reports import selectors as reports
-from callgate.reports.rollups import rollups_as_of
+from callgate.reports.rollups import rollup_rows, rollups_as_of
 from callgate.reports.selectors import ReportFilterError, ReportFilters, iso
 
 #: (key, label, url name) of the reports' sub-navigation
@@ -858,7 +858,7 @@ def table_csv(t: dict, *, filename: str) -> HttpResponse:
 
 def _filter_choices(project) -> dict:
     tools = set(
-        CallRollup.objects.filter(project=project)
+        rollup_rows(project_id=project.pk, by=("tool_name",))
         .values_list("tool_name", flat=True)
         .distinct()
         .order_by()

@@ -14,7 +14,7 @@ from django.db.models import Sum
 from django.test import TransactionTestCase
 from django.utils import timezone
 
-from callgate.models import Agent, CallRollup, RollupDirtyBucket, ToolCall
+from callgate.models import Agent, CallRollup, RollupCube, RollupDirtyBucket, ToolCall
 from callgate.reports import rollups
 from callgate.reports.selectors import direct_counts
 from callgate.taxonomy import TABLE, Reason
@@ -43,6 +43,42 @@ def generate(rng: random.Random, *, project, agents, now, n=300) -> list[ToolCal
             )
         )
     return calls
+
+
+def cube_sums(project, dims: str, grain: str) -> dict:
+    """``{(bucket, *dimension values): (calls, attempts, unknown)}`` of a cube."""
+    return {
+        (r["bucket"], *(r[c] for c in rollups.CUBE_DIMS[dims])): (
+            r["calls"],
+            r["attempts"],
+            r["unknown_calls"],
+        )
+        for r in RollupCube.objects.filter(project=project, dims=dims, grain=grain).values()
+        if r["calls"]
+    }
+
+
+def rollup_sums(project, dims: str, grain: str) -> dict:
+    """The same sums computed from ``CallRollup`` (what the cube must equal)."""
+    out: dict = {}
+    for r in CallRollup.objects.filter(project=project).values():
+        floor = {"hour": rollups.hour_floor, "day": rollups.day_floor}.get(
+            grain, rollups.month_floor
+        )
+        bucket = floor(r["bucket"])
+        key = (bucket, *(r[c] for c in rollups.CUBE_DIMS[dims]))
+        n, a, u = out.get(key, (0, 0, 0))
+        out[key] = (n + r["calls"], a + r["attempts"], u + r["unknown_calls"])
+    return {k: v for k, v in out.items() if v[0]}
+
+
+def assert_cubes_agree(project) -> None:
+    for dims in rollups.CUBE_DIMS:
+        for grain in ("hour", "day", "month"):
+            assert cube_sums(project, dims, grain) == rollup_sums(project, dims, grain), (
+                dims,
+                grain,
+            )
 
 
 class RollupsTests(BaseTestCase):
@@ -75,6 +111,7 @@ class RollupsTests(BaseTestCase):
             assert rollup_counts(self.project) == direct_counts(
                 project=self.project, since=since, until=until
             )
+            assert_cubes_agree(self.project)
 
             # late changes: a new reason, more attempts, a suppressed duplicate, some new calls
             changed_at = now + timedelta(seconds=1)
@@ -107,6 +144,59 @@ class RollupsTests(BaseTestCase):
             assert rollup_counts(self.other_project) == direct_counts(
                 project=self.other_project, since=since, until=until
             )
+            assert_cubes_agree(self.project)
+            assert_cubes_agree(self.other_project)
+
+    def test_rollup_rows_count_each_call_once_over_any_range(self):
+        """Month rows for whole months, day rows for whole days, hour rows at the ends:
+        the sums over ``rollup_rows`` equal ``CallRollup``'s for ranges that start and end
+        anywhere, with every filter and grouping (each picking another cube, or
+        ``CallRollup`` itself)."""
+        now = rollups.hour_floor(timezone.now())
+        rng = random.Random(7)
+        # calls over ten weeks, so ranges cross whole days and whole months
+        for day in (0, 1, 2, 3, 20, 35, 50, 65):
+            generate(
+                rng,
+                project=self.project,
+                agents=[self.agent, self.agent2],
+                now=now - timedelta(days=day),
+                n=60,
+            )
+        rollups.rollups_rebuild()
+        cases = [
+            {},
+            {"tool": "issue_refund"},
+            {"tool": ""},
+            {"agent_id": self.agent2.pk},
+            {"by": ("tool_name",)},
+            {"by": ("agent_id",)},
+            {"by": ("contract_id",)},
+            {"tool": "get_weather", "agent_id": self.agent.pk},
+            {"period": "hour"},
+            {"period": "day"},
+            {"period": "week", "by": ("agent_id",)},
+        ]
+        ranges = ((-100, 2), (-50, -3), (-30, -29), (-72, -24), (-200, 200), (-24 * 70, 5))
+        for since_h, until_h in ranges:
+            since, until = now + timedelta(hours=since_h), now + timedelta(hours=until_h)
+            for case in cases:
+                expected = CallRollup.objects.filter(
+                    project=self.project, bucket__gte=since, bucket__lt=until
+                )
+                if "tool" in case:
+                    expected = expected.filter(tool_name=case["tool"])
+                if "agent_id" in case:
+                    expected = expected.filter(agent_id=case["agent_id"])
+                got = rollups.rollup_rows(
+                    project_id=self.project.pk, since=since, until=until, **case
+                )
+                with self.subTest(since=since_h, until=until_h, case=case):
+                    assert got.aggregate(n=Sum("calls"), a=Sum("attempts")) == expected.aggregate(
+                        n=Sum("calls"), a=Sum("attempts")
+                    )
+        everything = rollups.rollup_rows(project_id=self.project.pk).aggregate(n=Sum("calls"))
+        assert everything["n"] == ToolCall.objects.filter(project=self.project).count()
 
     def test_it_moves_calls_between_cells_when_the_reason_changes(self):
         hour = rollups.hour_floor(timezone.now()) - timedelta(hours=3)

@@ -7,6 +7,7 @@ from unittest import mock
 
 import httpx
 from django.urls import reverse
+from django.utils import timezone
 
 from callgate.models import Membership, ToolCall
 from reviews import services
@@ -496,3 +497,68 @@ class ReviewItemPageTests(ReviewPageTestCase):
             ).status_code
             == 200
         )
+
+
+class QueueFacetsAgreeTests(ReviewPageTestCase):
+    """Every facet count (one grouped read, summed per facet) equals the number of items
+    the queue lists when that value is picked with the other filters kept."""
+
+    def test_each_facet_count_is_what_clicking_it_lists(self):
+        import itertools
+        import random
+
+        from callgate.models import Agent
+        from reviews import selectors
+
+        rng = random.Random(5)
+        other = Agent.objects.create(project=self.project, name="second-bot")
+        now = timezone.now()
+        for _ in range(40):
+            item = make_item(
+                self.project,
+                rng.choice([self.agent, other]),
+                reason=rng.choice(["outcome_unknown", "retry_exhausted", "conflict"]),
+                tool=rng.choice(["create_follow_up", "get_weather", "issue_refund"]),
+                age=timedelta(minutes=rng.choice([1, 30, 90, 60 * 30])),
+            )
+            status = rng.choice(["open", "claimed", "claimed", "resolved", "settled"])
+            if status == "claimed":
+                mine = rng.random() < 0.5
+                lapsed = rng.random() < 0.3
+                ReviewItem.objects.filter(pk=item.pk).update(
+                    status="claimed",
+                    assignee=self.alice if mine else self.bob,
+                    lease_expires_at=now + timedelta(minutes=-5 if lapsed else 10),
+                )
+            elif status != "open":
+                ReviewItem.objects.filter(pk=item.pk).update(status=status, resolved_at=now)
+        choices = {
+            "tool": ["", "get_weather"],
+            "reason": ["", "conflict"],
+            "agent": ["", other.name],
+            "age": ["", "1h"],
+            "assignee": ["anyone", "me", "unassigned"],
+            "status": ["open", "claimed", "all"],
+        }
+        names = list(choices)
+        for values in itertools.product(*(choices[n] for n in names)):
+            filters = selectors.QueueFilters(**dict(zip(names, values, strict=True)))
+            facets = selectors.queue_facets(
+                project=self.project, filters=filters, user=self.alice, now=now
+            )
+
+            def listed(filters=filters, **change) -> int:
+                f = selectors.QueueFilters(**{**filters.as_dict(), **change})
+                return selectors.queue_items(
+                    project=self.project, filters=f, user=self.alice, now=now
+                ).count()
+
+            for name in ("tool", "reason", "agent"):
+                for value, n in facets[name]:
+                    assert n == listed(**{name: value}), (filters, name, value)
+            for value, n in facets["status"]:
+                assert n == listed(status=value), (filters, "status", value)
+            for value, n in facets["assignee"]:
+                assert n == listed(assignee=value), (filters, "assignee", value)
+            for value, n in facets["age"]:
+                assert n == listed(age=value), (filters, "age", value)
