@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
@@ -20,9 +20,16 @@ from reviews.selectors import queue_progress
 from tests.factories import BaseTestCase, make_call, make_user, rollup_counts
 
 
+def last_thursday_noon() -> datetime:
+    """The latest Thursday 12:00 UTC at least a day ago: the history's weekdays, weekends and
+    incidents fall on the same days whatever day the suite runs."""
+    day = (timezone.now() - timedelta(days=1)).replace(hour=12, minute=0, second=0, microsecond=0)
+    return day - timedelta(days=(day.weekday() - 3) % 7)
+
+
 class DemoHistoryTests(BaseTestCase):
     def test_it_seeds_weeks_of_rhythmic_traffic_with_incidents_and_resets(self):
-        now = timezone.now()
+        now = last_thursday_noon()
         # a contract allowing a single attempt (the demo's issue_payout has max_attempts=1)
         ToolContract.objects.create(
             project=self.project,
@@ -89,7 +96,7 @@ class DemoDataHonestyTests(BaseTestCase):
         Membership.objects.create(
             project=cls.project, user=cls.operator, role=Membership.Role.OPERATOR
         )
-        cls.now = timezone.now()
+        cls.now = last_thursday_noon()
         cls.result = history_seed(project=cls.project, seed=5, days=4, now=cls.now)
 
     def test_it_scores_its_contracts_with_the_linter(self):
