@@ -161,32 +161,13 @@ def _cube_day_refresh(*, project_id: int, day: datetime) -> None:
     read of at most 24 hours of cube rows, a delete and an insert. In the caller's
     transaction; serialised per day."""
     _lock_bucket(project_id, day, day=True)
-    columns = ("dims", "tool_name", "contract_id", "agent_id", "reason", "category", "route")
-    rows = (
-        RollupCube.objects.filter(
-            project_id=project_id,
-            grain=RollupCube.Grain.HOUR,
-            bucket__gte=day,
-            bucket__lt=day + timedelta(days=1),
-        )
-        .values(*columns)
-        .annotate(**{f"sum_{m}": Sum(m) for m in ROLLUP_MEASURES})
-        .order_by()
+    _cube_sum_up(
+        project_id=project_id,
+        source=RollupCube.Grain.HOUR,
+        target=RollupCube.Grain.DAY,
+        bucket=day,
+        until=day + timedelta(days=1),
     )
-    new = [
-        RollupCube(
-            project_id=project_id,
-            grain=RollupCube.Grain.DAY,
-            bucket=day,
-            **{c: row[c] for c in columns},
-            **{m: row[f"sum_{m}"] for m in ROLLUP_MEASURES},
-        )
-        for row in rows
-    ]
-    RollupCube.objects.filter(
-        project_id=project_id, grain=RollupCube.Grain.DAY, bucket=day
-    ).delete()
-    RollupCube.objects.bulk_create(new)
     _cube_month_refresh(project_id=project_id, month=month_floor(day))
 
 
@@ -195,13 +176,25 @@ def _cube_month_refresh(*, project_id: int, month: datetime) -> None:
     31 days of them), as ``_cube_day_refresh`` does a day's. Serialised per month, after
     the day's lock."""
     _lock_bucket(project_id, month, month=True)
+    _cube_sum_up(
+        project_id=project_id,
+        source=RollupCube.Grain.DAY,
+        target=RollupCube.Grain.MONTH,
+        bucket=month,
+        until=month_ceil(month + timedelta(hours=1)),
+    )
+
+
+def _cube_sum_up(
+    *, project_id: int, source: str, target: str, bucket: datetime, until: datetime
+) -> None:
+    """Replace the ``target``-grain cube rows of ``(project, bucket)`` with the sums of the
+    project's ``source``-grain rows in ``[bucket, until)``: one grouped read, a delete and
+    an insert."""
     columns = ("dims", "tool_name", "contract_id", "agent_id", "reason", "category", "route")
     rows = (
         RollupCube.objects.filter(
-            project_id=project_id,
-            grain=RollupCube.Grain.DAY,
-            bucket__gte=month,
-            bucket__lt=month_ceil(month + timedelta(hours=1)),
+            project_id=project_id, grain=source, bucket__gte=bucket, bucket__lt=until
         )
         .values(*columns)
         .annotate(**{f"sum_{m}": Sum(m) for m in ROLLUP_MEASURES})
@@ -210,16 +203,14 @@ def _cube_month_refresh(*, project_id: int, month: datetime) -> None:
     new = [
         RollupCube(
             project_id=project_id,
-            grain=RollupCube.Grain.MONTH,
-            bucket=month,
+            grain=target,
+            bucket=bucket,
             **{c: row[c] for c in columns},
             **{m: row[f"sum_{m}"] for m in ROLLUP_MEASURES},
         )
         for row in rows
     ]
-    RollupCube.objects.filter(
-        project_id=project_id, grain=RollupCube.Grain.MONTH, bucket=month
-    ).delete()
+    RollupCube.objects.filter(project_id=project_id, grain=target, bucket=bucket).delete()
     RollupCube.objects.bulk_create(new)
 
 

@@ -207,6 +207,19 @@ class QuarantineTests(BaseTestCase):
         self.assertContains(page, "Quarantined")
 
 
+def other_session(*, autocommit: bool = False) -> psycopg.Connection:
+    """A second PostgreSQL session on the test database (another worker's, say)."""
+    settings = connection.settings_dict
+    return psycopg.connect(
+        host=settings["HOST"],
+        port=settings["PORT"],
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        dbname=settings["NAME"],
+        autocommit=autocommit,
+    )
+
+
 @skipUnless(connection.vendor == "postgresql", "the drain lock is a PostgreSQL advisory lock")
 class DrainLockWaitTests(BaseTestCase):
     def test_a_held_drain_lock_is_waited_for_a_bounded_time_and_other_projects_go_on(self):
@@ -220,15 +233,7 @@ class DrainLockWaitTests(BaseTestCase):
                 project=project, name="get_weather", version=1, parameters=schema, digest="x"
             )
             inbox.events_receive(project=project, agent=agent, events=validated(weather_call(1)))
-        settings = connection.settings_dict
-        with psycopg.connect(
-            host=settings["HOST"],
-            port=settings["PORT"],
-            user=settings["USER"],
-            password=settings["PASSWORD"],
-            dbname=settings["NAME"],
-            autocommit=True,
-        ) as other:  # another drainer, holding project A's lock
+        with other_session(autocommit=True) as other:  # another drainer, holding A's lock
             other.execute(
                 "SELECT pg_advisory_lock(%s, %s)", [inbox.DRAIN_LOCK_CLASS, self.project.pk]
             )
@@ -282,14 +287,7 @@ class GateLockWaitTests(TransactionTestCase):
             project=self.project, agent=self.agent, events=validated(weather_call(1)[:1])
         )
         held = InboxEvent.objects.get(project=self.project, status="pending")
-        settings = connection.settings_dict
-        with psycopg.connect(
-            host=settings["HOST"],
-            port=settings["PORT"],
-            user=settings["USER"],
-            password=settings["PASSWORD"],
-            dbname=settings["NAME"],
-        ) as other:  # a drain in the middle of applying the request's pending proposal
+        with other_session() as other:  # a drain in the middle of applying the request's row
             other.execute("SELECT id FROM callgate_inboxevent WHERE id = %s FOR UPDATE", [held.pk])
             started = time.monotonic()
             response = client.post(
