@@ -91,7 +91,7 @@ class CallsListTests(BaseTestCase):
             assert self.rows(response) == [c.operation_id for c in expected], query
 
     def test_it_filters_by_time_range_and_presets(self):
-        recent = make_call(self.agent, minutes_ago=10)
+        recent = make_call(self.agent, minutes_ago=0)  # "1h" is the current whole UTC hour
         yesterday = make_call(self.agent, minutes_ago=60 * 30)
         make_call(self.agent, minutes_ago=60 * 24 * 40)
         assert self.rows(self.client.get(self.url + "?since=1h")) == [recent.operation_id]
