@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import re
 import secrets
+import threading
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -27,6 +28,11 @@ from callgate.models import Agent, ApiKey
 KEY_PATTERN = re.compile(r"^cg_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
 #: last_used_at is written at most this often per key (seconds), to keep the hot path cheap.
 LAST_USED_RESOLUTION = 60
+#: Keys this process has authenticated, by digest: the row (with its agent and project) and
+#: the project's key stamp when it was read. Bounded; the oldest entry goes first.
+KEYS_CACHE_SIZE = 4096
+_keys_cache: dict[str, tuple[ApiKey, str]] = {}
+_keys_cache_lock = threading.Lock()
 
 
 def _digest(key: str) -> str:
@@ -61,25 +67,70 @@ def api_key_issue(*, agent: Agent, name: str = "", can_decide: bool = False) -> 
 
 def api_key_revoke(*, api_key: ApiKey) -> None:
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    keys_stamp_bump(api_key.project_id)
+
+
+def _stamp_name(project_id: int) -> str:
+    return f"keys-stamp:{project_id}"
+
+
+def keys_stamp_bump(project_id: int) -> None:
+    """Make every process read the project's keys (and with them its agents and the project
+    row, ``config_version`` included) from the database again: a key revoked, an agent or
+    the project changed, a contract changed (``callgate.signals``). The stamp lives in
+    Django's cache, shared by the processes in production (Redis); dropping it makes the next
+    reader draw a new one: now, and again when the change commits (a process that read the
+    rows in between would otherwise keep them under its new stamp)."""
+    cache.delete(_stamp_name(project_id))
+    transaction.on_commit(lambda: cache.delete(_stamp_name(project_id)))
+    with _keys_cache_lock:
+        for digest in [d for d, (row, _) in _keys_cache.items() if row.project_id == project_id]:
+            del _keys_cache[digest]
 
 
 def api_key_verify(plain: str) -> ApiKey | None:
-    """The active key matching ``plain``, or None. Constant-time digest comparison."""
+    """The active key matching ``plain`` (with its agent and project loaded), or None.
+    Constant-time digest comparison.
+
+    A key this process verified before is answered from memory, without SQL, while its
+    project's stamp in the shared cache is the one read before the row was loaded
+    (``keys_stamp_bump`` drops it on any change; an evicted stamp only costs a read). The
+    stamp is read before the row, so a change made while the row loads is never hidden by
+    it. A miss costs two queries (the key's project, then the row after the stamp)."""
     match = KEY_PATTERN.match(plain)
     if not match:
         return None
-    row = ApiKey.objects.select_related("agent", "project").filter(prefix=match.group(1)).first()
-    if (
-        row is None
-        or not hmac.compare_digest(row.digest, _digest(plain))
-        or row.revoked_at is not None
-    ):
+    digest = _digest(plain)
+    cached = _keys_cache.get(digest)
+    if cached is not None:
+        row, stamp = cached
+        if cache.get(_stamp_name(row.project_id)) == stamp:  # a stamp evicted: read again
+            _last_used_touch(row)
+            return row
+    found = ApiKey.objects.filter(prefix=match.group(1)).values_list("pk", "project_id").first()
+    if found is None:
         return None
+    name = _stamp_name(found[1])
+    if (stamp := cache.get(name)) is None:  # the first reader since a change draws it
+        cache.add(name, secrets.token_hex(8), timeout=None)
+        stamp = cache.get(name)
+    row = ApiKey.objects.select_related("agent", "project").get(pk=found[0])  # after the stamp
+    if not hmac.compare_digest(row.digest, digest) or row.revoked_at is not None:
+        return None
+    with _keys_cache_lock:
+        if stamp is not None:  # None: evicted at once; this row is not kept
+            _keys_cache[digest] = (row, stamp)
+        while len(_keys_cache) > KEYS_CACHE_SIZE:
+            del _keys_cache[next(iter(_keys_cache))]
+    _last_used_touch(row)
+    return row
+
+
+def _last_used_touch(row: ApiKey) -> None:
     now = timezone.now()
     if row.last_used_at is None or (now - row.last_used_at).total_seconds() > LAST_USED_RESOLUTION:
         transaction.on_commit(lambda: ApiKey.objects.filter(pk=row.pk).update(last_used_at=now))
         row.last_used_at = now
-    return row
 
 
 class AgentPrincipal:

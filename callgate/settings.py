@@ -413,6 +413,8 @@ CALLGATE_AUTH_FAILURES_PER_MINUTE = env_int("CALLGATE_AUTH_FAILURES_PER_MINUTE",
 #: which POST /api/v1/events, the gate and the OTLP receiver answer 429 with Retry-After (0: no limit), and the seconds that Retry-After says.
 CALLGATE_INBOX_LIMIT = env_int("CALLGATE_INBOX_LIMIT", 20_000)
 CALLGATE_INBOX_RETRY_AFTER = env_int("CALLGATE_INBOX_RETRY_AFTER", 5, minimum=1)
+#: Milliseconds a process keeps a project's backpressure answer before probing the inbox again.
+CALLGATE_INBOX_PROBE_MS = env_int("CALLGATE_INBOX_PROBE_MS", 1000)
 #: Readiness (/ready/): the oldest pending inbox event may wait this many seconds.
 CALLGATE_READY_INBOX_LAG = env_int("CALLGATE_READY_INBOX_LAG", 300, minimum=1)
 CALLGATE_RECONCILE_TIMEOUT = env_int("CALLGATE_RECONCILE_TIMEOUT", 5, minimum=1)  # seconds

@@ -52,9 +52,14 @@ def _celery_join_flag():
 
 
 @pytest.fixture(autouse=True)
-def _fresh_tools_cache():
-    """Each test starts with an empty contract cache: a rolled-back test's project and
-    agent IDs may come again (SQLite reuses them) at the same ``config_version``."""
+def _fresh_caches():
+    """Each test starts with empty per-process caches (contracts, keys, backpressure
+    answers): a rolled-back test's project and agent IDs may come again (SQLite reuses
+    them) at the same ``config_version``."""
+    from callgate.auth import _keys_cache
+    from callgate.inbox import _over_limit_memo
     from callgate.ingest import _tools_cache
 
     _tools_cache.clear()
+    _keys_cache.clear()
+    _over_limit_memo.clear()

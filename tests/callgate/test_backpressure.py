@@ -8,8 +8,9 @@ import tempfile
 from pathlib import Path
 
 from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from callgate.inbox import events_receive, inbox_drain, inbox_over_limit
 from callgate.models import InboxEvent
@@ -35,7 +36,10 @@ class _Flooded(BaseTestCase):
         assert InboxEvent.objects.filter(project=self.project, status="pending").count() == LIMIT
 
 
-@override_settings(CALLGATE_INBOX_LIMIT=LIMIT, CALLGATE_INBOX_RETRY_AFTER=7)
+# probing on every request: these tests flood and drain within the same second
+@override_settings(
+    CALLGATE_INBOX_LIMIT=LIMIT, CALLGATE_INBOX_RETRY_AFTER=7, CALLGATE_INBOX_PROBE_MS=0
+)
 class BackpressureTests(_Flooded):
     def test_events_and_the_gate_answer_429_with_retry_after_and_store_nothing(self):
         self.assertIsNone(inbox_over_limit(self.project))
@@ -62,6 +66,26 @@ class BackpressureTests(_Flooded):
 
 
 @override_settings(CALLGATE_INBOX_LIMIT=LIMIT, CALLGATE_INBOX_RETRY_AFTER=7)
+class BackpressureProbeTests(_Flooded):
+    def probes(self) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            inbox_over_limit(self.project)
+        return sum("OFFSET" in q["sql"] for q in queries.captured_queries)
+
+    def test_a_process_probes_a_project_at_most_once_per_interval(self):
+        with override_settings(CALLGATE_INBOX_PROBE_MS=60_000):
+            self.assertEqual(self.probes(), 1)
+            self.flood()
+            self.assertEqual(self.probes(), 0)
+            self.assertIsNone(inbox_over_limit(self.project))  # the last answer, for now
+        with override_settings(CALLGATE_INBOX_PROBE_MS=0):  # the interval has passed
+            self.assertEqual(self.probes(), 1)
+            self.assertEqual(inbox_over_limit(self.project), 7.0)
+
+
+@override_settings(
+    CALLGATE_INBOX_LIMIT=LIMIT, CALLGATE_INBOX_RETRY_AFTER=7, CALLGATE_INBOX_PROBE_MS=0
+)
 class SdkBackpressureTests(_Flooded):
     def setUp(self):
         super().setUp()
