@@ -22,7 +22,8 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import BooleanField, F, Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import JSONObject
 from django.utils import timezone
@@ -245,29 +246,14 @@ def _inbox_insert(
     rows (PostgreSQL aborts one, ``DeadlockDetected``); the aborted one is tried again after
     a full-jitter backoff, up to ``INSERT_ATTEMPTS`` times, and then finds the other's rows
     stored (duplicates)."""
+    if connection.in_atomic_block:  # the gate's transaction: its caller tries it again whole
+        return _insert_or_take_again(project=project, agent=agent, rows=rows, may_decide=may_decide)
     for attempt in range(1, INSERT_ATTEMPTS + 1):
         try:
             with transaction.atomic():
-                stored = _insert_rows(
+                return _insert_or_take_again(
                     project=project, agent=agent, rows=rows, may_decide=may_decide
                 )
-                if len(stored) < len(rows):
-                    skipped = [event_id for event_id, _ in rows if event_id not in stored]
-                    rejected = InboxEvent.objects.filter(
-                        project=project, status=InboxEvent.Status.REJECTED, event_id__in=skipped
-                    )
-                    retry = {
-                        str(event_id) for event_id in rejected.values_list("event_id", flat=True)
-                    }
-                    if retry:
-                        rejected.delete()
-                        stored |= _insert_rows(
-                            project=project,
-                            agent=agent,
-                            rows=[r for r in rows if r[0] in retry],
-                            may_decide=may_decide,
-                        )
-                return stored
         except OperationalError as exc:
             if (
                 not isinstance(exc.__cause__, psycopg.errors.DeadlockDetected)
@@ -283,6 +269,28 @@ def _inbox_insert(
             # again (an immediate retry can meet it half-way once more)
             time.sleep(random.uniform(0, INSERT_BACKOFF * 2**attempt))
     raise AssertionError("unreachable")
+
+
+def _insert_or_take_again(
+    *, project: Project, agent: Agent, rows: list[tuple[str, str]], may_decide: bool
+) -> set[str]:
+    """``_insert_rows``, then the re-sent events whose first copy was rejected, again."""
+    stored = _insert_rows(project=project, agent=agent, rows=rows, may_decide=may_decide)
+    if len(stored) < len(rows):
+        skipped = [event_id for event_id, _ in rows if event_id not in stored]
+        rejected = InboxEvent.objects.filter(
+            project=project, status=InboxEvent.Status.REJECTED, event_id__in=skipped
+        )
+        retry = {str(event_id) for event_id in rejected.values_list("event_id", flat=True)}
+        if retry:
+            rejected.delete()
+            stored |= _insert_rows(
+                project=project,
+                agent=agent,
+                rows=[r for r in rows if r[0] in retry],
+                may_decide=may_decide,
+            )
+    return stored
 
 
 def _conflicting(*, project: Project, rows: list[tuple[int, str, str]]) -> set[int]:
@@ -631,7 +639,9 @@ def _apply_rows(
                 status="rejected", errors=[{"loc": "", "msg": str(exc)[:2000]}]
             )
     try:
-        applied = events_apply(project=project, agent=agent, events=events, may_decide=may_decide)
+        applied = events_apply(
+            project=project, agent=agent, events=events, may_decide=may_decide, deduplicated=True
+        )
     except Exception:
         logger.exception(
             "applying %d inbox events of project %s failed; applying them one by one",
@@ -643,7 +653,11 @@ def _apply_rows(
             try:
                 applied.append(
                     events_apply(
-                        project=project, agent=agent, events=[event], may_decide=may_decide
+                        project=project,
+                        agent=agent,
+                        events=[event],
+                        may_decide=may_decide,
+                        deduplicated=True,
                     )[0]
                 )
             except Exception:
@@ -794,20 +808,52 @@ def _applied(event_id: uuid.UUID, recorded: list[CallEvent]) -> dict:
 
 
 def _same_request_pending(project: Project, event: Any) -> QuerySet[InboxEvent]:
-    """The project's pending inbox rows of ``event`` itself, of its request (by
+    """The project's inbox rows of ``event`` itself and the pending ones of its request (by
     ``request_id``, or naming one of the request's calls by operation ID) and of its
-    ``operation_id``, in arrival order (``settle_pending``)."""
+    ``operation_id``, in arrival order (``settle_pending``, which skips the event's own row
+    unless it is pending).
+
+    PostgreSQL: one statement. The IDs come from one index look-up per branch (the event
+    ID's unique index; the partial indexes of pending rows by ``request_key`` and
+    ``operation_key``, the request's operation IDs an ``ARRAY(SELECT …)`` evaluated once),
+    then the rows by primary key. No branch names the project's pending rows as such, so no
+    plan reads them, whatever the planner's statistics say of the backlog. Elsewhere: the
+    request's operation IDs first, then one query."""
+    operations = [event.operation_id] if event.operation_id else []
+    if connection.vendor == "postgresql":
+        table, calls = InboxEvent._meta.db_table, ToolCall._meta.db_table
+        pending = f"SELECT id FROM {table} WHERE status = 'pending' AND "
+        branches = [f"SELECT id FROM {table} WHERE project_id = %s AND event_id = %s"]
+        params: list[Any] = [project.pk, event.event_id]
+        prefix = f"{project.pk}:"
+        keys = [prefix + operation for operation in operations]
+        if event.request_id:
+            branches.append(pending + "request_key = %s")
+            params.append(prefix + event.request_id)
+            branches.append(
+                pending + f"operation_key = ANY(ARRAY(SELECT %s || operation_id FROM {calls} "
+                "WHERE project_id = %s AND request_id = %s) || %s::text[])"
+            )
+            params += [prefix, project.pk, event.request_id, keys]
+        elif keys:
+            branches.append(pending + "operation_key = ANY(%s::text[])")
+            params.append(keys)
+        # an array evaluated once, then rows by primary key: no join, and no condition on
+        # the status here (a partial index's full scan would serve it)
+        ids = RawSQL(
+            f"{table}.id = ANY(ARRAY({' UNION ALL '.join(branches)}))",
+            params,
+            output_field=BooleanField(),
+        )
+        return InboxEvent.objects.filter(ids).order_by("id")
     same = Q(event_id=event.event_id)
-    operations = {event.operation_id} if event.operation_id else set()
     if event.request_id:
         same |= Q(request=event.request_id)
-        operations.update(
-            ToolCall.objects.filter(project=project, request_id=event.request_id).values_list(
-                "operation_id", flat=True
-            )
-        )
-    if operations:  # a list, not a subquery: each branch of the OR has its own index
-        same |= Q(operation__in=sorted(operations))
+        operations += ToolCall.objects.filter(
+            project=project, request_id=event.request_id
+        ).values_list("operation_id", flat=True)
+    if operations:
+        same |= Q(operation__in=sorted(set(operations)))
     return (
         InboxEvent.objects.alias(request=KT("body__request_id"), operation=KT("body__operation_id"))
         .filter(same, project=project, status=InboxEvent.Status.PENDING)
@@ -830,43 +876,34 @@ class EventRefused(Exception):
 
 def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
     """Receive one event and apply it at once: the path of ``POST /api/v1/events``, then
-    ``settle_pending`` for this event alone. Returns ``event_answer``'s dict for it (status
-    ``applied``: ``answer``, and ``calls`` for a turn); a re-sent event (same ``event_id``)
-    finds its first answer. Raises ``EventRefused``. The gate (``POST /api/v1/calls``) and
-    the MCP gateway's attempts use it.
+    ``settle_pending`` for this event, in one transaction (one commit). Returns
+    ``event_answer``'s dict for it (status ``applied``: ``answer``, and ``calls`` for a
+    turn); a re-sent event (same ``event_id``) finds its first answer. Raises
+    ``EventRefused``; ``busy`` (nothing stored) when a drain held its request's earlier rows
+    for ``DRAIN_LOCK_WAIT`` seconds. The gate (``POST /api/v1/calls``) and the MCP gateway's
+    attempts use it.
 
     Ordering (README, "What the gate guarantees"): before the event is applied, the project's
     pending events of the same request (its ``request_id``, or naming one of its calls by
     operation ID) or the same operation (``operation_id``) received before it are applied, in
-    arrival order; events of other
-    requests stay for the drain, so a backlog elsewhere in the project never delays the
-    answer."""
-    [received] = events_receive(project=project, agent=agent, events=[event])
-    if received.status == "rejected":
-        raise EventRefused("invalid", received.errors)
-    if received.status == "conflict":
-        if event.type not in ("proposed", "turn"):
-            raise EventRefused("reused", received.errors)
-        # the gate fills in occurred_at when the agent sent none, so a re-sent check differs
-        # in it: a check is the same when it names the same tool and arguments (below)
-        received = DUPLICATE
-    if (
-        received.status == "duplicate"
-        and event.type == "proposed"
-        and proposal_reused(project, event)
-    ):
-        raise EventRefused(
-            "reused",
-            [{"loc": "event_id", "msg": "already used for another tool or other arguments"}],
-        )
-    try:
-        outcome = settle_pending(project, event, agent=agent)
-    except DrainBusy:  # its own event stays pending: answered below
-        outcome = None
-    if outcome is not None and outcome.recorded:  # applied now: answered from memory
-        return _applied(event.event_id, list(outcome.recorded))
-    found = event_answer(project, event.event_id)
-    if found is None or found["kind"] != event.type:
+    arrival order; events of other requests stay for the drain, so a backlog elsewhere in the
+    project never delays the answer. A drain applying one of those rows makes the whole
+    transaction go again after a full-jitter pause, until ``DRAIN_LOCK_WAIT`` has passed."""
+    deadline, pause = time.monotonic() + DRAIN_LOCK_WAIT, 0.01
+    while True:
+        try:
+            found = _settle_once(project=project, agent=agent, event=event)
+            break
+        except DrainBusy:  # rolled back: nothing of this event was stored
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EventRefused(
+                    "busy",
+                    [{"loc": "event_id", "msg": "its request's earlier events are being applied"}],
+                ) from None
+            time.sleep(min(left, random.uniform(pause / 2, pause)))  # the last try at the deadline
+            pause = min(pause * 2, 0.2)
+    if found["kind"] != event.type:
         raise EventRefused("reused", [{"loc": "event_id", "msg": "already used"}])
     if found["status"] == "pending":
         raise EventRefused("busy", [{"loc": "event_id", "msg": "still waiting in the inbox"}])
@@ -876,33 +913,61 @@ def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
     return found
 
 
-def settle_pending(project: Project, event: Any, *, agent: Agent | None = None) -> Outcome | None:
-    """Apply ``event``'s inbox row, if still pending, after the project's pending rows of the
-    same request (by ``request_id``, or naming one of its calls by operation ID) or operation
-    received before it (``event_settle``'s ordering); returns the event's ``Outcome``, or
-    None when its row was not pending (applied already, by a drain). ``agent``: the agent
-    that sent it, loaded already. One transaction; the rows are locked ``FOR UPDATE`` in ``id`` order,
-    as a drain locks them, so the two never apply a row twice (a drain holding one of them
-    is waited for up to ``DRAIN_LOCK_WAIT`` seconds, then ``DrainBusy``). Found through two partial indexes on
-    pending rows (``inboxevent_pending_request`` / ``_operation``): the cost does not grow
-    with the project's backlog. Elsewhere than PostgreSQL, under the project's process lock
-    (``DrainBusy`` after ``DRAIN_LOCK_WAIT`` seconds)."""
+def _settle_once(*, project: Project, agent: Agent, event: Any) -> dict:
     lock = (
         nullcontext()
         if connection.vendor == "postgresql"
-        else _drain_lock(project.pk, wait=DRAIN_LOCK_WAIT)
+        else _drain_lock(project.pk, wait=DRAIN_LOCK_WAIT)  # SQLite: the project's process lock
     )
+    with lock, transaction.atomic():
+        [received] = events_receive(project=project, agent=agent, events=[event])
+        if received.status == "rejected":
+            raise EventRefused("invalid", received.errors)
+        if received.status == "conflict":
+            if event.type not in ("proposed", "turn"):
+                raise EventRefused("reused", received.errors)
+            # the gate fills in occurred_at when the agent sent none, so a re-sent check
+            # differs in it: a check is the same when it names the same tool and arguments
+            received = DUPLICATE
+        if (
+            received.status == "duplicate"
+            and event.type == "proposed"
+            and proposal_reused(project, event)
+        ):
+            raise EventRefused(
+                "reused",
+                [{"loc": "event_id", "msg": "already used for another tool or other arguments"}],
+            )
+        outcome = settle_pending(project, event, agent=agent)
+        if outcome is not None and outcome.recorded:  # applied now: answered from memory
+            return _applied(event.event_id, list(outcome.recorded))
+        found = event_answer(project, event.event_id)
+    if found is None:
+        raise EventRefused("reused", [{"loc": "event_id", "msg": "already used"}])
+    return found
+
+
+def settle_pending(project: Project, event: Any, *, agent: Agent | None = None) -> Outcome | None:
+    """In the caller's transaction: apply ``event``'s inbox row, if pending, after the
+    project's pending rows of the same request (by ``request_id``, or naming one of its calls
+    by operation ID) or operation received before it (``event_settle``'s ordering); returns
+    the event's ``Outcome``, or None when its row was not pending (applied already, by a
+    drain). ``agent``: the agent that sent it, loaded already.
+
+    The rows are locked ``FOR UPDATE NOWAIT`` (PostgreSQL): a drain holding one of them
+    raises ``DrainBusy`` at once, and the caller's transaction, spoiled, is to be rolled back
+    and tried again; a drain and a gate check never apply a row twice, nor wait on each
+    other. Found through two partial indexes on pending rows (``inboxevent_pending_request``
+    / ``_operation``): the cost does not grow with the project's backlog."""
+    pending = _same_request_pending(project, event)
     try:
-        with lock, transaction.atomic():
-            if connection.vendor == "postgresql":  # a row held longer by a drain: busy
-                with connection.cursor() as cursor:
-                    cursor.execute(f"SET LOCAL lock_timeout = '{int(DRAIN_LOCK_WAIT * 1000)}ms'")
-            rows = list(_same_request_pending(project, event).select_for_update())
-            own = [i for i, row in enumerate(rows) if str(row.event_id) == str(event.event_id)]
-            if not own:
-                return None  # applied already (by a drain) or never stored
-            return _apply_locked(project, rows[: own[0] + 1], known=agent)[-1]
+        rows = list(pending.select_for_update(nowait=connection.vendor == "postgresql"))
     except OperationalError as exc:
         if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
             raise DrainBusy(project.pk) from exc
         raise
+    rows = [row for row in rows if row.status == InboxEvent.Status.PENDING]
+    own = [i for i, row in enumerate(rows) if str(row.event_id) == str(event.event_id)]
+    if not own:
+        return None  # applied already (by a drain) or never stored
+    return _apply_locked(project, rows[: own[0] + 1], known=agent)[-1]

@@ -349,12 +349,18 @@ class _Batch:
 
     # loading: a fixed number of queries ------------------------------------------------
 
-    def load(self, events: list[Any]) -> set[str]:
-        seen = set(
-            str(e)
-            for e in CallEvent.objects.filter(
-                project=self.project, event_id__in=[e.event_id for e in events]
-            ).values_list("event_id", flat=True)
+    def load(self, events: list[Any], *, deduplicated: bool = False) -> set[str]:
+        """Load what applying ``events`` reads (contracts, calls, re-ask budgets); returns the
+        event IDs stored before, unless ``deduplicated`` (nothing to look up)."""
+        seen = (
+            set()
+            if deduplicated
+            else set(
+                str(e)
+                for e in CallEvent.objects.filter(
+                    project=self.project, event_id__in=[e.event_id for e in events]
+                ).values_list("event_id", flat=True)
+            )
         )
         known = tools_for(self.project, self.agent)
         self.contracts, self.tools, self.tool_views = known.contracts, known.tools, known.views
@@ -1183,11 +1189,14 @@ def events_apply(
     source: str = CallEvent.Source.AGENT,
     user=None,
     may_decide: bool = False,
+    deduplicated: bool = False,
 ) -> list[Outcome]:
     """Apply validated events (``callgate.schemas`` models) in order; one ``Outcome`` each.
 
     Events whose ``event_id`` was stored before (or repeats within the batch) are
-    ``duplicate`` and change nothing. An event the rules refuse (unknown call, a transition
+    ``duplicate`` and change nothing; ``deduplicated``: the caller's inbox insert decided
+    that already (its unique index on the event ID, rows kept until retention, as the
+    events), so no query looks for them again. An event the rules refuse (unknown call, a transition
     the call's state does not allow) is ``rejected`` with ``errors`` naming the field; the
     others are stored. Runs in one transaction; retried once if a concurrent request
     created the same operation first. Each event's classification is stored on its
@@ -1206,6 +1215,7 @@ def events_apply(
                     source=source,
                     user=user,
                     may_decide=may_decide,
+                    deduplicated=deduplicated,
                 )
         except IntegrityError:
             if attempt == 1:
@@ -1213,9 +1223,9 @@ def events_apply(
     raise AssertionError("unreachable")
 
 
-def _apply_once(*, project, agent, events, source, user, may_decide) -> list[Outcome]:
+def _apply_once(*, project, agent, events, source, user, may_decide, deduplicated) -> list[Outcome]:
     batch = _Batch(project=project, agent=agent, source=source, user=user, may_decide=may_decide)
-    seen = batch.load(events)
+    seen = batch.load(events, deduplicated=deduplicated)
     outcomes: list[Outcome] = []
     for index, event in enumerate(events):
         key = str(event.event_id)
