@@ -105,6 +105,20 @@ class ReviewItem(models.Model):
                 name="reviewitem_open_queue",
                 condition=models.Q(status__in=["open", "claimed"]),
             ),
+            # queue page filtered by tool, reason or agent: their open items in queue order
+            # (a page reads its 51 rows, not every open item of the tool, reason or agent)
+            *[
+                models.Index(
+                    fields=["project", column, "priority", "created_at", "id"],
+                    name=f"reviewitem_open_{name}",
+                    condition=models.Q(status__in=["open", "claimed"]),
+                )
+                for name, column in (
+                    ("tool", "tool_name"),
+                    ("reason", "reason"),
+                    ("agent", "agent"),
+                )
+            ],
             # queue page in queue order for every other status (resolved, all): keyset pages
             models.Index(
                 fields=["project", "priority", "created_at", "id"], name="reviewitem_queue_order"

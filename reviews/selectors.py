@@ -7,7 +7,16 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
-from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
 from django.utils import timezone
 
 from callgate.models import Agent, CallEvent, Membership, ToolCall
@@ -75,7 +84,7 @@ def _status_q(status: str) -> Q:
     return Q(status=status)
 
 
-def _apply(qs: QuerySet, filters: QueueFilters, *, user, now, skip: str = "") -> QuerySet:
+def _apply(qs: QuerySet, filters: QueueFilters, *, project, user, now, skip: str = "") -> QuerySet:
 
     if skip != "status":
         qs = qs.filter(_status_q(filters.status))
@@ -84,9 +93,11 @@ def _apply(qs: QuerySet, filters: QueueFilters, *, user, now, skip: str = "") ->
     if filters.reason and skip != "reason":
         qs = qs.filter(reason=filters.reason)
     if filters.agent and skip != "agent":
-        # a join (hashed: agents are few), not a subquery correlated on the project, which
-        # ran once per item
-        qs = qs.filter(agent__name=filters.agent)
+        # the agent's id from a subquery that is not correlated (run once, an InitPlan), so
+        # the open items are read by the (project, agent, queue order) index; the join on
+        # the name read every matching item and joined each to its call before sorting
+        agent = Agent.objects.filter(project=project, name=filters.agent).values("pk")[:1]
+        qs = qs.filter(agent_id=Subquery(agent))
     if filters.age and skip != "age":
         qs = qs.filter(created_at__lte=now - AGE_CHOICES[filters.age])
     if skip != "assignee":
@@ -129,7 +140,9 @@ def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
 
     now = now or timezone.now()
     return (
-        _apply(ReviewItem.objects.filter(project=project), filters, user=user, now=now)
+        _apply(
+            ReviewItem.objects.filter(project=project), filters, project=project, user=user, now=now
+        )
         .select_related("call", "call__agent", "call__contract", "assignee")
         .order_by(*QUEUE_ORDER)
     )
@@ -237,7 +250,13 @@ def queue_page(
         rows = rows[:size]
     annotate_rows(project=project, rows=rows)
     count = capped_count(
-        _apply(project.review_items.all(), filters, user=user, now=now or timezone.now())
+        _apply(
+            project.review_items.all(),
+            filters,
+            project=project,
+            user=user,
+            now=now or timezone.now(),
+        )
     )
     return QueuePage(
         rows=rows,
@@ -358,6 +377,7 @@ def queue_facets(
             _apply(
                 ReviewItem.objects.filter(project=project),
                 filters,
+                project=project,
                 user=user,
                 now=now,
                 skip="status",

@@ -264,3 +264,21 @@ class QueryPlanTests(TestCase):
                             project=self.project, filters=f, user=self.user, **k
                         )
                     )
+
+    def test_a_queue_page_filtered_by_tool_reason_or_agent_reads_that_filters_index(self):
+        item = ReviewItem.objects.filter(project=self.project, status="open").first()
+        assert item is not None and item.agent is not None
+        for name, filters in (
+            ("tool", queue.QueueFilters(tool=item.tool_name)),
+            ("reason", queue.QueueFilters(reason=item.reason)),
+            ("agent", queue.QueueFilters(agent=item.agent.name)),
+        ):
+            with self.subTest(filter=name):
+                [(sql, plan)] = self.plans_of(
+                    lambda f=filters: list(
+                        queue.queue_items(project=self.project, filters=f, user=self.user)[:51]
+                    )
+                )
+                # the index hands the rows over in queue order: no sort of every match
+                assert f"reviewitem_open_{name}" in plan, f"{sql}\n{plan}"
+                assert "Sort" not in plan.split(f"reviewitem_open_{name}")[0], plan
