@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import OperationalError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import BooleanField, F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
@@ -93,7 +93,12 @@ def inbox_over_limit(project: Project) -> float | None:
 
 
 def events_receive(
-    *, project: Project, agent: Agent, events: list[Any], may_decide: bool = False
+    *,
+    project: Project,
+    agent: Agent,
+    events: list[Any],
+    may_decide: bool = False,
+    applied: bool = False,
 ) -> list[Outcome]:
     """Store validated events (``callgate.schemas`` models) in the inbox; one ``Outcome`` each,
     in order: ``accepted`` (stored; ``inbox_drain`` applies it), ``duplicate`` (the same
@@ -170,7 +175,9 @@ def events_receive(
         positions[event_id] = index
         rows.append((event_id, body))
     if rows:
-        stored = _inbox_insert(project=project, agent=agent, rows=rows, may_decide=may_decide)
+        stored = _inbox_insert(
+            project=project, agent=agent, rows=rows, may_decide=may_decide, applied=applied
+        )
         # each copy of an event ID this batch did not store is compared with the stored row;
         # a repeat of one it stored, with the copy it stored
         seen = [(positions[event_id], event_id, body) for event_id, body in rows]
@@ -231,7 +238,12 @@ INSERT_BACKOFF = 0.02
 
 
 def _inbox_insert(
-    *, project: Project, agent: Agent, rows: list[tuple[str, str]], may_decide: bool = False
+    *,
+    project: Project,
+    agent: Agent,
+    rows: list[tuple[str, str]],
+    may_decide: bool = False,
+    applied: bool = False,
 ) -> set[str]:
     """Insert ``(event ID, event as JSON)`` rows, in order, unless the event ID is in the
     inbox already (pending, or applied: kept until retention); returns the event IDs
@@ -247,12 +259,14 @@ def _inbox_insert(
     a full-jitter backoff, up to ``INSERT_ATTEMPTS`` times, and then finds the other's rows
     stored (duplicates)."""
     if connection.in_atomic_block:  # the gate's transaction: its caller tries it again whole
-        return _insert_or_take_again(project=project, agent=agent, rows=rows, may_decide=may_decide)
+        return _insert_or_take_again(
+            project=project, agent=agent, rows=rows, may_decide=may_decide, applied=applied
+        )
     for attempt in range(1, INSERT_ATTEMPTS + 1):
         try:
             with transaction.atomic():
                 return _insert_or_take_again(
-                    project=project, agent=agent, rows=rows, may_decide=may_decide
+                    project=project, agent=agent, rows=rows, may_decide=may_decide, applied=applied
                 )
         except OperationalError as exc:
             if (
@@ -272,10 +286,17 @@ def _inbox_insert(
 
 
 def _insert_or_take_again(
-    *, project: Project, agent: Agent, rows: list[tuple[str, str]], may_decide: bool
+    *,
+    project: Project,
+    agent: Agent,
+    rows: list[tuple[str, str]],
+    may_decide: bool,
+    applied: bool,
 ) -> set[str]:
     """``_insert_rows``, then the re-sent events whose first copy was rejected, again."""
-    stored = _insert_rows(project=project, agent=agent, rows=rows, may_decide=may_decide)
+    stored = _insert_rows(
+        project=project, agent=agent, rows=rows, may_decide=may_decide, applied=applied
+    )
     if len(stored) < len(rows):
         skipped = [event_id for event_id, _ in rows if event_id not in stored]
         rejected = InboxEvent.objects.filter(
@@ -289,6 +310,7 @@ def _insert_or_take_again(
                 agent=agent,
                 rows=[r for r in rows if r[0] in retry],
                 may_decide=may_decide,
+                applied=applied,
             )
     return stored
 
@@ -324,7 +346,12 @@ def _conflicting(*, project: Project, rows: list[tuple[int, str, str]]) -> set[i
 
 
 def _insert_rows(
-    *, project: Project, agent: Agent, rows: list[tuple[str, str]], may_decide: bool
+    *,
+    project: Project,
+    agent: Agent,
+    rows: list[tuple[str, str]],
+    may_decide: bool,
+    applied: bool = False,
 ) -> set[str]:
     """One insert, ``ON CONFLICT (project, event_id) DO NOTHING``; returns the event IDs
     stored, as canonical text (``str(uuid)``). The conflict alone decides what was seen:
@@ -335,9 +362,12 @@ def _insert_rows(
     PostgreSQL: one statement over the events as one JSON array (``jsonb_array_elements``;
     ``model_dump_json`` writes the event ID in canonical form), its text short and fixed
     whatever the batch size. Elsewhere (SQLite, the embedded default): one multi-row
-    ``VALUES`` insert."""
+    ``VALUES`` insert. ``applied``: stored as applied already, the body cut to its type (the
+    gate, which applies the event in the same transaction; its digest is of the whole
+    event)."""
     meta = InboxEvent._meta
     received_at = meta.get_field("received_at").get_db_prep_value(timezone.now(), connection)
+    status = InboxEvent.Status.APPLIED if applied else InboxEvent.Status.PENDING
     event_id_field = meta.get_field("event_id")
     columns = (
         "project_id, agent_id, event_id, body, received_at, status, errors, may_decide, digest"
@@ -347,9 +377,10 @@ def _insert_rows(
             # The events travel as one JSON array (one escaped string, not 2 × N parameters);
             # the IDs come back as text, cheaper to read than UUID objects.
             document = "[" + ",".join(body for _, body in rows) + "]"
+            stored_body = "jsonb_build_object('type', e.body -> 'type')" if applied else "e.body"
             cursor.execute(
                 f"INSERT INTO {meta.db_table} ({columns}) "
-                f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, e.body, %s, %s, '[]'::jsonb, %s, "
+                f"SELECT %s, %s, (e.body ->> 'event_id')::uuid, {stored_body}, %s, %s, '[]'::jsonb, %s, "
                 f"md5(e.body::text) "
                 f"FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(body, n) "
                 f"ORDER BY e.n ON CONFLICT (project_id, event_id) DO NOTHING RETURNING event_id::text",
@@ -357,7 +388,7 @@ def _insert_rows(
                     project.pk,
                     agent.pk,
                     received_at,
-                    InboxEvent.Status.PENDING,
+                    status,
                     may_decide,
                     document,
                 ],
@@ -369,9 +400,9 @@ def _insert_rows(
                 project.pk,
                 agent.pk,
                 event_id_field.get_db_prep_value(event_id, connection),
-                body,
+                json.dumps({"type": json.loads(body)["type"]}) if applied else body,
                 received_at,
-                InboxEvent.Status.PENDING,
+                status,
                 "[]",
                 may_decide,
                 _python_digest(body),
@@ -545,50 +576,65 @@ def _drain_chunk_locked(project_id: int, *, bound: int) -> int:
 
 
 def _apply_locked(
-    project: Project, rows: list[InboxEvent], *, known: Agent | None = None
+    project: Project,
+    rows: list[InboxEvent],
+    *,
+    known: Agent | None = None,
+    own: Any = None,
+    savepoint: bool = True,
 ) -> list[Outcome]:
     """Apply pending inbox ``rows`` (locked ``FOR UPDATE`` by the caller's transaction, in
     ``id`` order) through ``events_apply``, in runs of consecutive rows from one agent's key,
-    and mark each ``applied`` (body cut to its type) or ``rejected`` (with ``errors``, its
-    body redacted); returns their outcomes, in order. ``known``: an agent the caller has
-    loaded already. The row locks are what keeps a drain and a gate check from applying the
-    same row twice: whoever locks a row first applies it; the other finds it applied."""
+    then ``own`` (the gate's event from ``known``, whose row the caller stored as applied in
+    this transaction), and mark each row ``applied`` (body cut to its type) or ``rejected``
+    (with ``errors``, its body redacted); returns their outcomes, in order (``own``'s last).
+    ``known``: an agent the caller has loaded already. The row locks are what keeps a drain
+    and a gate check from applying the same row twice: whoever locks a row first applies it;
+    the other finds it applied. ``savepoint``: False in the gate's transaction, which goes
+    again whole if applying fails (``event_settle``)."""
     project_id = project.pk
     agents = {known.pk: known} if known else {}
     if missing := {row.agent_id for row in rows} - set(agents):
         agents.update(Agent.objects.in_bulk(missing))
+    entries: list[tuple[int, bool, InboxEvent | Any]] = [
+        (row.agent_id, row.may_decide, row) for row in rows
+    ]
+    if own is not None:
+        assert known is not None, "the gate's own event comes with its agent"
+        entries.append((known.pk, False, own))
     outcomes: list[Outcome] = []
     done, rejected = [], []
     start = 0
-    while start < len(rows):  # runs of consecutive rows from one agent's key, in order
+    while start < len(entries):  # runs of consecutive rows from one agent's key, in order
         end = start
-        while end < len(rows) and (rows[end].agent_id, rows[end].may_decide) == (
-            rows[start].agent_id,
-            rows[start].may_decide,
-        ):
+        while end < len(entries) and entries[end][:2] == entries[start][:2]:
             end += 1
-        for row, outcome in zip(
-            rows[start:end],
-            _apply_rows(
-                project,
-                agents[rows[start].agent_id],
-                rows[start:end],
-                may_decide=rows[start].may_decide,
-            ),
-            strict=False,
+        agent_id, may_decide, _ = entries[start]
+        run = [entry for _, _, entry in entries[start:end]]
+        for entry, outcome in zip(
+            run,
+            _apply_rows(project, agents[agent_id], run, may_decide=may_decide, savepoint=savepoint),
+            strict=True,
         ):
             outcomes.append(outcome)
-            if outcome.status == "rejected":
-                row.status, row.errors = InboxEvent.Status.REJECTED, outcome.errors
-                rejected.append(row)
+            if not isinstance(entry, InboxEvent):  # own: stored as applied
+                if outcome.status == "rejected":
+                    row = InboxEvent.objects.get(project=project, event_id=entry.event_id)
+                    row.body = json.loads(entry.model_dump_json())
+                    row.status, row.errors = InboxEvent.Status.REJECTED, outcome.errors
+                    rejected.append(row)
+            elif outcome.status == "rejected":
+                entry.status, entry.errors = InboxEvent.Status.REJECTED, outcome.errors
+                rejected.append(entry)
             else:
-                done.append(row.pk)
+                done.append(entry.pk)
         start = end
     # applied rows stay (their event ID is what the next insert's ON CONFLICT sees), with
     # the body cut to its type: the applied, redacted copy is the CallEvent
-    InboxEvent.objects.filter(pk__in=done).update(
-        status=InboxEvent.Status.APPLIED, body=JSONObject(type=KT("body__type"))
-    )
+    if done:
+        InboxEvent.objects.filter(pk__in=done).update(
+            status=InboxEvent.Status.APPLIED, body=JSONObject(type=KT("body__type"))
+        )
     if rejected:
         sensitive = {
             name
@@ -624,15 +670,26 @@ APPLY_FAILED = "callgate could not apply this event (an internal error, logged f
 
 
 def _apply_rows(
-    project: Project, agent: Agent, rows: list[InboxEvent], *, may_decide: bool
+    project: Project,
+    agent: Agent,
+    entries: list[InboxEvent | Any],
+    *,
+    may_decide: bool,
+    savepoint: bool = True,
 ) -> list[Outcome]:
-    """``events_apply`` over the rows' events; a row whose body no longer validates, or a
-    batch that fails unexpectedly, never blocks the rows behind it."""
-    outcomes: list[Outcome | None] = [None] * len(rows)
+    """``events_apply`` over the events of ``entries`` (inbox rows, whose bodies are
+    validated here, or events already validated); a row whose body no longer validates, or
+    a batch that fails unexpectedly, never blocks the rows behind it (without ``savepoint``
+    a failure is raised: the caller's transaction goes again whole)."""
+    outcomes: list[Outcome | None] = [None] * len(entries)
     events, positions = [], []
-    for position, row in enumerate(rows):
+    for position, entry in enumerate(entries):
+        if not isinstance(entry, InboxEvent):
+            events.append(entry)
+            positions.append(position)
+            continue
         try:
-            events.append(EVENT_ADAPTER.validate_python(row.body))
+            events.append(EVENT_ADAPTER.validate_python(entry.body))
             positions.append(position)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             outcomes[position] = Outcome(
@@ -640,9 +697,16 @@ def _apply_rows(
             )
     try:
         applied = events_apply(
-            project=project, agent=agent, events=events, may_decide=may_decide, deduplicated=True
+            project=project,
+            agent=agent,
+            events=events,
+            may_decide=may_decide,
+            deduplicated=True,
+            savepoint=savepoint,
         )
     except Exception:
+        if not savepoint:
+            raise
         logger.exception(
             "applying %d inbox events of project %s failed; applying them one by one",
             len(events),
@@ -807,11 +871,13 @@ def _applied(event_id: uuid.UUID, recorded: list[CallEvent]) -> dict:
     return found
 
 
-def _same_request_pending(project: Project, event: Any) -> QuerySet[InboxEvent]:
+def _same_request_pending(
+    project: Project, event: Any, *, own: bool = True
+) -> QuerySet[InboxEvent]:
     """The project's inbox rows of ``event`` itself and the pending ones of its request (by
     ``request_id``, or naming one of the request's calls by operation ID) and of its
     ``operation_id``, in arrival order (``settle_pending``, which skips the event's own row
-    unless it is pending).
+    unless it is pending). ``own``: whether to look for the event's own row.
 
     PostgreSQL: one statement. The IDs come from one index look-up per branch (the event
     ID's unique index; the partial indexes of pending rows by ``request_key`` and
@@ -823,8 +889,10 @@ def _same_request_pending(project: Project, event: Any) -> QuerySet[InboxEvent]:
     if connection.vendor == "postgresql":
         table, calls = InboxEvent._meta.db_table, ToolCall._meta.db_table
         pending = f"SELECT id FROM {table} WHERE status = 'pending' AND "
-        branches = [f"SELECT id FROM {table} WHERE project_id = %s AND event_id = %s"]
-        params: list[Any] = [project.pk, event.event_id]
+        branches, params = [], []
+        if own:
+            branches.append(f"SELECT id FROM {table} WHERE project_id = %s AND event_id = %s")
+            params += [project.pk, event.event_id]
         prefix = f"{project.pk}:"
         keys = [prefix + operation for operation in operations]
         if event.request_id:
@@ -838,6 +906,8 @@ def _same_request_pending(project: Project, event: Any) -> QuerySet[InboxEvent]:
         elif keys:
             branches.append(pending + "operation_key = ANY(%s::text[])")
             params.append(keys)
+        if not branches:
+            return InboxEvent.objects.none()
         # an array evaluated once, then rows by primary key: no join, and no condition on
         # the status here (a partial index's full scan would serve it)
         ids = RawSQL(
@@ -846,7 +916,7 @@ def _same_request_pending(project: Project, event: Any) -> QuerySet[InboxEvent]:
             output_field=BooleanField(),
         )
         return InboxEvent.objects.filter(ids).order_by("id")
-    same = Q(event_id=event.event_id)
+    same = Q(event_id=event.event_id) if own else Q(pk__in=[])
     if event.request_id:
         same |= Q(request=event.request_id)
         operations += ToolCall.objects.filter(
@@ -875,21 +945,24 @@ class EventRefused(Exception):
 
 
 def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
-    """Receive one event and apply it at once: the path of ``POST /api/v1/events``, then
-    ``settle_pending`` for this event, in one transaction (one commit). Returns
-    ``event_answer``'s dict for it (status ``applied``: ``answer``, and ``calls`` for a
-    turn); a re-sent event (same ``event_id``) finds its first answer. Raises
-    ``EventRefused``; ``busy`` (nothing stored) when a drain held its request's earlier rows
-    for ``DRAIN_LOCK_WAIT`` seconds. The gate (``POST /api/v1/calls``) and the MCP gateway's
-    attempts use it.
+    """Receive one event and apply it at once, in one transaction (one commit): stored in
+    the inbox as applied (the path of ``POST /api/v1/events``, its unique index deciding
+    what was seen before), applied after the earlier events of its request
+    (``settle_pending``) and answered from what was recorded. Returns ``event_answer``'s dict
+    for it (status ``applied``: ``answer``, and ``calls`` for a turn); a re-sent event (same
+    ``event_id``) finds its first answer. Raises ``EventRefused``: ``busy`` (nothing stored)
+    when a drain held its request's earlier rows for ``DRAIN_LOCK_WAIT`` seconds,
+    ``internal`` (nothing stored, logged) when applying it failed. The gate
+    (``POST /api/v1/calls``) and the MCP gateway's attempts use it.
 
     Ordering (README, "What the gate guarantees"): before the event is applied, the project's
     pending events of the same request (its ``request_id``, or naming one of its calls by
     operation ID) or the same operation (``operation_id``) received before it are applied, in
     arrival order; events of other requests stay for the drain, so a backlog elsewhere in the
-    project never delays the answer. A drain applying one of those rows makes the whole
-    transaction go again after a full-jitter pause, until ``DRAIN_LOCK_WAIT`` has passed."""
-    deadline, pause = time.monotonic() + DRAIN_LOCK_WAIT, 0.01
+    project never delays the answer. A drain applying one of those rows, or a concurrent
+    request creating the same call first, makes the whole transaction go again (after a
+    full-jitter pause for the drain, until ``DRAIN_LOCK_WAIT`` has passed)."""
+    deadline, pause, raced = time.monotonic() + DRAIN_LOCK_WAIT, 0.01, False
     while True:
         try:
             found = _settle_once(project=project, agent=agent, event=event)
@@ -903,6 +976,15 @@ def event_settle(*, project: Project, agent: Agent, event: Any) -> dict:
                 ) from None
             time.sleep(min(left, random.uniform(pause / 2, pause)))  # the last try at the deadline
             pause = min(pause * 2, 0.2)
+        except IntegrityError:  # another request created the same call first: it is found now
+            if raced:
+                raise
+            raced = True
+        except EventRefused:
+            raise
+        except Exception:
+            logger.exception("event %s of project %s cannot be applied", event.event_id, project.pk)
+            raise EventRefused("internal", [{"loc": "", "msg": APPLY_FAILED}]) from None
     if found["kind"] != event.type:
         raise EventRefused("reused", [{"loc": "event_id", "msg": "already used"}])
     if found["status"] == "pending":
@@ -920,7 +1002,7 @@ def _settle_once(*, project: Project, agent: Agent, event: Any) -> dict:
         else _drain_lock(project.pk, wait=DRAIN_LOCK_WAIT)  # SQLite: the project's process lock
     )
     with lock, transaction.atomic():
-        [received] = events_receive(project=project, agent=agent, events=[event])
+        [received] = events_receive(project=project, agent=agent, events=[event], applied=True)
         if received.status == "rejected":
             raise EventRefused("invalid", received.errors)
         if received.status == "conflict":
@@ -929,17 +1011,20 @@ def _settle_once(*, project: Project, agent: Agent, event: Any) -> dict:
             # the gate fills in occurred_at when the agent sent none, so a re-sent check
             # differs in it: a check is the same when it names the same tool and arguments
             received = DUPLICATE
-        if (
-            received.status == "duplicate"
-            and event.type == "proposed"
-            and proposal_reused(project, event)
-        ):
+        if received.status == "accepted":  # stored as applied: applied now
+            outcome = settle_pending(project, event, agent=agent, stored=True)
+            assert outcome is not None
+            if outcome.status == "rejected":  # its row says so now; answered below
+                return {"kind": event.type, "status": "rejected", "errors": outcome.errors}
+            return _applied(event.event_id, list(outcome.recorded))
+        if event.type == "proposed" and proposal_reused(project, event):
             raise EventRefused(
                 "reused",
                 [{"loc": "event_id", "msg": "already used for another tool or other arguments"}],
             )
+        # sent before: its row may still be pending (POST /events), else its first answer
         outcome = settle_pending(project, event, agent=agent)
-        if outcome is not None and outcome.recorded:  # applied now: answered from memory
+        if outcome is not None and outcome.recorded:
             return _applied(event.event_id, list(outcome.recorded))
         found = event_answer(project, event.event_id)
     if found is None:
@@ -947,19 +1032,22 @@ def _settle_once(*, project: Project, agent: Agent, event: Any) -> dict:
     return found
 
 
-def settle_pending(project: Project, event: Any, *, agent: Agent | None = None) -> Outcome | None:
-    """In the caller's transaction: apply ``event``'s inbox row, if pending, after the
-    project's pending rows of the same request (by ``request_id``, or naming one of its calls
-    by operation ID) or operation received before it (``event_settle``'s ordering); returns
-    the event's ``Outcome``, or None when its row was not pending (applied already, by a
-    drain). ``agent``: the agent that sent it, loaded already.
+def settle_pending(
+    project: Project, event: Any, *, agent: Agent, stored: bool = False
+) -> Outcome | None:
+    """In the caller's transaction: apply the project's pending rows of ``event``'s request
+    (by ``request_id``, or naming one of its calls by operation ID) or operation received
+    before it (``event_settle``'s ordering), then ``event`` itself: from memory when
+    ``stored`` (the caller stored its row as applied), else its row if still pending.
+    Returns the event's ``Outcome``, or None when its row was not pending (applied already,
+    by a drain). ``agent``: the agent that sent it.
 
     The rows are locked ``FOR UPDATE NOWAIT`` (PostgreSQL): a drain holding one of them
     raises ``DrainBusy`` at once, and the caller's transaction, spoiled, is to be rolled back
     and tried again; a drain and a gate check never apply a row twice, nor wait on each
     other. Found through two partial indexes on pending rows (``inboxevent_pending_request``
     / ``_operation``): the cost does not grow with the project's backlog."""
-    pending = _same_request_pending(project, event)
+    pending = _same_request_pending(project, event, own=not stored)
     try:
         rows = list(pending.select_for_update(nowait=connection.vendor == "postgresql"))
     except OperationalError as exc:
@@ -967,7 +1055,9 @@ def settle_pending(project: Project, event: Any, *, agent: Agent | None = None) 
             raise DrainBusy(project.pk) from exc
         raise
     rows = [row for row in rows if row.status == InboxEvent.Status.PENDING]
+    if stored:
+        return _apply_locked(project, rows, known=agent, own=event, savepoint=False)[-1]
     own = [i for i, row in enumerate(rows) if str(row.event_id) == str(event.event_id)]
     if not own:
         return None  # applied already (by a drain) or never stored
-    return _apply_locked(project, rows[: own[0] + 1], known=agent)[-1]
+    return _apply_locked(project, rows[: own[0] + 1], known=agent, savepoint=False)[-1]

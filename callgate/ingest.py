@@ -1190,6 +1190,7 @@ def events_apply(
     user=None,
     may_decide: bool = False,
     deduplicated: bool = False,
+    savepoint: bool = True,
 ) -> list[Outcome]:
     """Apply validated events (``callgate.schemas`` models) in order; one ``Outcome`` each.
 
@@ -1198,8 +1199,9 @@ def events_apply(
     that already (its unique index on the event ID, rows kept until retention, as the
     events), so no query looks for them again. An event the rules refuse (unknown call, a transition
     the call's state does not allow) is ``rejected`` with ``errors`` naming the field; the
-    others are stored. Runs in one transaction; retried once if a concurrent request
-    created the same operation first. Each event's classification is stored on its
+    others are stored. Runs in one transaction (a savepoint inside the caller's, unless
+    ``savepoint`` is False: then the caller's transaction is the one to roll back and go
+    again); retried once if a concurrent request created the same operation first. Each event's classification is stored on its
     ``CallEvent``; ``event_answer`` reads it back.
 
     An agent's events name only that agent's calls (another agent's call is answered as
@@ -1207,7 +1209,7 @@ def events_apply(
     ``receipt`` events settle calls whose contract the agent does not reconcile itself."""
     for attempt in range(2):
         try:
-            with transaction.atomic():
+            with transaction.atomic(savepoint=savepoint):
                 return _apply_once(
                     project=project,
                     agent=agent,
@@ -1218,7 +1220,7 @@ def events_apply(
                     deduplicated=deduplicated,
                 )
         except IntegrityError:
-            if attempt == 1:
+            if attempt == 1 or not savepoint:
                 raise
     raise AssertionError("unreachable")
 

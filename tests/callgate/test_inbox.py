@@ -483,7 +483,7 @@ class GateSettleTests(TransactionTestCase):
         )
         for event in validated(weather_call(7)):  # another request's event; one of req-7
             with CaptureQueriesContext(connection) as queries, transaction.atomic():
-                inbox.settle_pending(self.project, event)
+                inbox.settle_pending(self.project, event, agent=self.agent)
             [sql] = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]][:1]
             with connection.cursor() as cursor:
                 cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
