@@ -32,6 +32,8 @@ import pytest
 from django.conf import settings
 from django.test import SimpleTestCase
 
+from tests.factories import WEATHER
+
 ROOT = Path(__file__).resolve().parent.parent
 #: seconds for ``up --build`` (a cold build installs npm and pip packages)
 BUILD_TIMEOUT = 600
@@ -121,8 +123,8 @@ class ComposeSmokeTests(SimpleTestCase):
         assert result.returncode == 0, f"docker compose {' '.join(args)}: {result.stderr[-2000:]}"
         return result.stdout
 
-    def get(self, path: str, **kwargs) -> httpx.Response:
-        return httpx.get(self.base + path, headers={"Host": "localhost"}, timeout=10, **kwargs)
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(self.base + path, headers={"Host": "localhost"}, timeout=10)
 
     def wait_for(self, what: str, check, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -157,15 +159,17 @@ class ComposeSmokeTests(SimpleTestCase):
             manage = ("exec", "-T", "web", "python", "manage.py")
             self.compose(*manage, "create_project", "smoke", "Smoke test")
             key = self.compose(*manage, "create_agent_key", "smoke", "smoke-agent").split()[-1]
+            auth = {"Host": "localhost", "Authorization": f"Bearer {key}"}
+            tool = httpx.put(f"{self.base}/api/v1/tools/get_weather", json=WEATHER, headers=auth)
+            self.assertEqual(tool.status_code, 201, tool.text)
             event_id = str(uuid.uuid4())
             event = {
                 "event_id": event_id,
                 "occurred_at": datetime.now(UTC).isoformat(),
                 "type": "proposed",
                 "format": "plain",
-                "call": {"tool": "lookup_order", "arguments": {"order_id": "A-1"}},
+                "call": {"tool": "get_weather", "arguments": {"city": "Oslo"}},
             }
-            auth = {"Host": "localhost", "Authorization": f"Bearer {key}"}
             posted = httpx.post(f"{self.base}/api/v1/events", json=[event], headers=auth)
             self.assertEqual(posted.status_code, 200, posted.text)
             self.assertEqual(posted.json()["accepted"], 1)
