@@ -37,13 +37,20 @@ on a connection error, a 5xx or a 429 (after ``Retry-After``), as the SDK does. 
 the operators log in and reject every open review item through the item page's decide
 action (htmx, as the browser does), re-sending on a connection error or 5xx.
 
+The children are supervised as compose's ``restart: unless-stopped`` does: one that exits
+by itself is started again and counted (``crashed``). This is not hypothetical: with Celery
+and kombu 5.7 on redis-py 8, the worker sometimes dies when its broker goes away
+("Unrecoverable error: AttributeError … 'hostname'" while restoring unacknowledged
+messages; celery/celery#10205), and without a restart nothing is applied after that.
+
 At the end it waits (up to ``--settle`` seconds) for the inbox to drain, every item to be
 decided and every outbox row to be delivered, then prints per phase and in total: events
 accepted by the API (unique event IDs answered 2xx), applied (with a ``CallEvent``),
 applied twice, lost (accepted, not applied: pending, rejected or quarantined), API 5xx and
-429 answers; decisions saved, deliveries received (unique ``webhook-id``s), missing,
-received twice (allowed: receivers deduplicate, but counted), bad signatures, operator 5xx;
-and the run time. Targets: 0 lost, 0 applied twice, 0 missing deliveries, 0 operator 5xx.
+429 answers (5xx while the broker is down: the failed-key limiter and the throttles read the
+cache, on the same Redis as in compose; clients send again); decisions saved, deliveries received (unique ``webhook-id``s), missing,
+received twice (allowed: receivers deduplicate, but counted), bad signatures, operator 5xx,
+children that crashed; and the run time. Targets: 0 lost, 0 applied twice, 0 missing deliveries, 0 operator 5xx.
 Every child process and the temporary directory go at the end, on Ctrl-C or an error too
 (``--keep`` keeps the directory and its logs).
 """
@@ -165,6 +172,7 @@ class Tally:
     decided: set[int] = field(default_factory=set)  # review items the operators decided
     operator_5xx: int = 0
     operator_errors: int = 0
+    crashes: int = 0  # children that exited by themselves (restarted)
 
 
 TALLY = {name: Tally() for name in (*PHASES, SETTLE)}
@@ -176,11 +184,35 @@ NOW = {"phase": PHASES[0]}
 
 
 class Children:
-    """The processes this run started, each in its own process group (killed as a group)."""
+    """The processes this run started, each in its own process group (killed as a group),
+    supervised as compose's ``restart: unless-stopped`` does: one that exits by itself (not
+    killed by the run) is started again, and counted."""
 
     def __init__(self) -> None:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, IO[bytes]] = {}
+        self.lock = threading.RLock()
+        self.stopping = threading.Event()
+
+    def supervise(self) -> None:
+        while not self.stopping.wait(1):
+            with self.lock:
+                for name, proc in list(self.procs.items()):
+                    if proc.poll() is None or self.stopping.is_set():
+                        continue
+                    self.kill(name)  # what is left of its group (a pool's children)
+                    last = [
+                        line
+                        for line in (TMP / f"{name}.log").read_text().splitlines()
+                        if "CRITICAL" in line or "Unrecoverable" in line
+                    ][-1:]
+                    print(
+                        f"  {name} exited by itself ({proc.returncode}) in phase "
+                        f"{NOW['phase']}: restarted. {' '.join(last)[:200]}",
+                        flush=True,
+                    )
+                    TALLY[NOW["phase"]].crashes += 1
+                    self.start(name)
 
     def log(self, name: str) -> IO[bytes]:
         if name not in self.logs:
@@ -188,6 +220,10 @@ class Children:
         return self.logs[name]
 
     def start(self, name: str) -> None:
+        with self.lock:
+            self._start(name)
+
+    def _start(self, name: str) -> None:
         env = os.environ.copy()
         if name == "redis":
             proc = subprocess.Popen(
@@ -261,14 +297,16 @@ class Children:
     def kill(self, name: str) -> None:
         """SIGKILL to the process and everything it forked (its group: gunicorn's workers,
         Celery's pool)."""
-        proc = self.procs.pop(name)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        with self.lock:
+            proc = self.procs.pop(name)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
 
     def stop_all(self) -> None:
+        self.stopping.set()
         for proc in self.procs.values():
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -548,9 +586,13 @@ def report(project, receiver: Receiver, seconds: float) -> bool:
             "missing": len(outbox - delivered),
             "dup": twice,
             "op 5xx": tally.operator_5xx,
+            "crashed": tally.crashes,
         }
     # operators' answers after the last phase (the settling): their own row, no events
-    rows[SETTLE] = dict.fromkeys(rows[PHASES[0]], 0) | {"op 5xx": TALLY[SETTLE].operator_5xx}
+    rows[SETTLE] = dict.fromkeys(rows[PHASES[0]], 0) | {
+        "op 5xx": TALLY[SETTLE].operator_5xx,
+        "crashed": TALLY[SETTLE].crashes,
+    }
     total = collections.Counter[str]()
     for row in rows.values():
         total.update(row)
@@ -636,6 +678,7 @@ def main() -> int:
         threading.Thread(target=receiver.serve_forever, daemon=True).start()
         for name in ("redis", "web", "worker", "beat"):
             children.start(name)
+        threading.Thread(target=children.supervise, daemon=True).start()
         for tool, contract in (("get_weather", WEATHER), ("transfer", TRANSFER)):
             answer = httpx.put(
                 f"http://127.0.0.1:{WEB_PORT}/api/v1/tools/{tool}",
