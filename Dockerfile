@@ -18,8 +18,12 @@ RUN useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin callg
 COPY sdk sdk
 RUN pip install ./sdk
 COPY pyproject.toml README.md ./
+# every app of INSTALLED_APPS (and demo/, installed when CALLGATE_DEMO is on)
 COPY callgate callgate
 COPY reviews reviews
+COPY alerts alerts
+COPY mcp_gateway mcp_gateway
+COPY demo demo
 RUN pip install .
 COPY manage.py ./
 COPY templates templates

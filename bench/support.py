@@ -1,11 +1,20 @@
-"""What the benchmarks share: one request through callgate's WSGI application."""
+"""What the benchmarks share: one request through callgate's WSGI application, and the
+real Celery processes (worker, beat) that a benchmark starts beside it."""
 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 import sys
+from pathlib import Path
+from typing import IO
 
+from callgate.celery import app
 from callgate.wsgi import application  # the server's start-up, including its gc.freeze()
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
 
 
 def call(
@@ -40,3 +49,66 @@ def call(
     finally:
         response.close()
     return int(status[0].split()[0]), content
+
+
+def all_queues() -> list[str]:
+    """Every queue a task may be routed to (``callgate.queues`` under the prefix)."""
+    return sorted({q.name for q in app.conf.task_queues or ()} | {app.conf.task_default_queue})
+
+
+def celery_worker(
+    concurrency: int,
+    *,
+    env: dict[str, str] | None = None,
+    log: IO[bytes] | None = None,
+    own_group: bool = False,
+) -> subprocess.Popen:
+    """A real ``celery -A callgate worker`` (prefork, ``concurrency`` processes) reading
+    every queue, against the broker of ``env`` (default: this process's environment).
+    ``own_group``: in a process group of its own, so that the worker and its pool children
+    can be signalled together (``os.killpg(worker.pid, …)``)."""
+    return subprocess.Popen(
+        [
+            str(BIN / "celery"),
+            "-A",
+            "callgate",
+            "worker",
+            "--concurrency",
+            str(concurrency),
+            "--pool",
+            "prefork",
+            "--loglevel",
+            "WARNING",
+            "-Q",
+            ",".join(all_queues()),
+        ],
+        cwd=ROOT,
+        env=env if env is not None else os.environ.copy(),
+        stdout=log,
+        stderr=subprocess.STDOUT if log is not None else None,
+        start_new_session=own_group,
+    )
+
+
+def celery_beat(
+    schedule: Path, *, env: dict[str, str] | None = None, log: IO[bytes] | None = None
+) -> subprocess.Popen:
+    """A real ``celery -A callgate beat`` (``CELERY_BEAT_SCHEDULE``), keeping its state in
+    ``schedule``, in a process group of its own."""
+    return subprocess.Popen(
+        [
+            str(BIN / "celery"),
+            "-A",
+            "callgate",
+            "beat",
+            "--loglevel",
+            "WARNING",
+            "--schedule",
+            str(schedule),
+        ],
+        cwd=ROOT,
+        env=env if env is not None else os.environ.copy(),
+        stdout=log,
+        stderr=subprocess.STDOUT if log is not None else None,
+        start_new_session=True,
+    )

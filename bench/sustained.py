@@ -26,7 +26,6 @@ import json
 import multiprocessing
 import os
 import secrets
-import subprocess
 import sys
 import time
 import uuid
@@ -51,9 +50,8 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 
-from bench.support import call  # noqa: E402
+from bench.support import call, celery_worker  # noqa: E402
 from callgate.auth import api_key_issue  # noqa: E402
-from callgate.celery import app  # noqa: E402
 from callgate.inbox import inbox_lag_seconds  # noqa: E402
 from callgate.models import Agent, CallEvent, InboxEvent, Project, ToolCall  # noqa: E402
 
@@ -140,28 +138,6 @@ def client(key: str, seconds: float, flow: str, operations: list[str], sent, ref
     connections.close_all()
 
 
-def workers(count: int) -> subprocess.Popen:
-    queues = sorted({q.name for q in app.conf.task_queues or ()} | {app.conf.task_default_queue})
-    return subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "celery"),
-            "-A",
-            "callgate",
-            "worker",
-            "--concurrency",
-            str(count),
-            "--pool",
-            "prefork",
-            "--loglevel",
-            "WARNING",
-            "-Q",
-            ",".join(queues),
-        ],
-        cwd=ROOT,
-        env=os.environ.copy(),
-    )
-
-
 def run_flow(flow: str, options) -> None:
     project = Project.objects.create(slug=f"sustained-{uuid.uuid4().hex[:8]}", name="sustained")
     agent = Agent.objects.create(project=project, name="sustained-agent")
@@ -223,7 +199,7 @@ def main() -> None:
         sys.exit("bench/sustained.py needs PostgreSQL: set DATABASE_URL=postgres://…")
     settings.ALLOWED_HOSTS = ["*"]
     call_command("migrate", verbosity=0)
-    worker = workers(options.workers)
+    worker = celery_worker(options.workers)
     try:
         time.sleep(5)  # the workers connect to the broker
         print(

@@ -193,20 +193,28 @@ def drain_inbox(self, project_id: int) -> int:
 def drain_inbox_enqueue(project_id: int) -> None:
     """Enqueue ``drain_inbox`` for events already stored and committed, unless a run of this
     project is queued already (one per project: a burst of batches queues one task, not one
-    per batch). A broker that cannot be reached loses nothing: the rows wait in the inbox for
-    ``sweep_inbox``."""
+    per batch). Never raises: the events are committed, and their request must not fail
+    after that. A broker that cannot be reached loses nothing (the rows wait in the inbox
+    for ``sweep_inbox``); a cache that cannot be reached only costs the one-per-project
+    mark (the task is sent anyway: a second drain of a project is harmless)."""
     key = _drain_queued_key(project_id)
-    if not cache.add(key, 1, timeout=DRAIN_QUEUED_TTL):
-        return
+    try:
+        if not cache.add(key, 1, timeout=DRAIN_QUEUED_TTL):
+            return
+    except Exception:
+        logger.warning("cache unreachable: drain_inbox(%s) sent without its mark", project_id)
     try:
         drain_inbox.delay(project_id)
     except Exception:
-        cache.delete(key)
         logger.warning(
             "could not enqueue drain_inbox(%s); the inbox sweep will apply the events",
             project_id,
             exc_info=True,
         )
+        try:
+            cache.delete(key)
+        except Exception:  # the mark lapses after DRAIN_QUEUED_TTL
+            pass
 
 
 @shared_task(name="callgate.tasks.sweep_inbox", ignore_result=True)

@@ -341,6 +341,30 @@ class DrainFairnessTests(BaseTestCase):
             tasks.drain_inbox_enqueue(self.project.pk)
             self.assertEqual(delay.call_count, 2)
 
+    def test_stored_events_are_answered_200_when_the_cache_cannot_be_reached(self):
+        """The drain's "queued" mark lives in the cache (Redis, the broker's server in
+        compose). The events are committed before it is set: a cache that went away in
+        between must not turn their 200 into a 500 (the agent would think them lost)."""
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        from callgate import tasks
+        from callgate.models import InboxEvent
+        from tests.factories import WEATHER, weather_call
+
+        api = self.api(type(self).key)  # (self.key is the drain mark's, in this class)
+        api.put("/api/v1/tools/get_weather", WEATHER, format="json")
+        down = mock.Mock(**{"add.side_effect": RedisConnectionError("refused")})
+        down.delete.side_effect = RedisConnectionError("refused")
+        with (
+            mock.patch.object(tasks, "cache", down),
+            mock.patch.object(tasks.drain_inbox, "delay") as delay,
+        ):
+            response = api.post("/api/v1/events", weather_call(1), format="json")
+        self.assertEqual(response.status_code, 200, response.content)
+        self.assertEqual(response.json()["accepted"], 2)
+        self.assertEqual(InboxEvent.objects.filter(project=self.project).count(), 2)
+        delay.assert_called_once_with(self.project.pk)  # without the mark, sent anyway
+
     def test_a_run_over_its_time_budget_queues_the_rest_behind_other_work(self):
         from callgate import inbox, tasks
         from callgate.models import InboxEvent
