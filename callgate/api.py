@@ -8,6 +8,7 @@ Every error answers ``{"error": "…", "errors": [{"loc": "field.path", "msg": "
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import uuid
@@ -18,6 +19,7 @@ from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -95,8 +97,25 @@ def openapi_every_operation(result: dict, generator, request, public) -> dict:
     return result
 
 
+logger = logging.getLogger(__name__)
+
+#: seconds a client waits when the shared cache (Redis) cannot be reached
+CACHE_DOWN_RETRY_AFTER = 5
+
+
 def exception_handler(exc, context):
-    """DRF's handler with callgate's error shape: ``{"error": "…", "errors": []}``."""
+    """DRF's handler with callgate's error shape: ``{"error": "…", "errors": []}``. The shared
+    cache (Redis: key stamps, throttles, failed-key counts) unreachable is a 503 with
+    ``Retry-After`` (RFC 9110 §15.6.4): nothing was stored, send again."""
+    if isinstance(exc, RedisError):
+        logger.warning("the shared cache cannot be reached: %s", exc)
+        response = _error(
+            "callgate's shared cache cannot be reached; nothing was stored. Send again after "
+            "Retry-After seconds.",
+            code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
+        response["Retry-After"] = str(CACHE_DOWN_RETRY_AFTER)
+        return response
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

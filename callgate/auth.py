@@ -14,6 +14,7 @@ import hmac
 import re
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -31,7 +32,10 @@ LAST_USED_RESOLUTION = 60
 #: Keys this process has authenticated, by digest: the row (with its agent and project) and
 #: the project's key stamp when it was read. Bounded; the oldest entry goes first.
 KEYS_CACHE_SIZE = 4096
-_keys_cache: dict[str, tuple[ApiKey, str]] = {}
+#: Seconds an entry is trusted at most, even with its stamp unchanged: a bump lost while the
+#: shared cache was unreachable is outlived.
+KEYS_CACHE_MAX_AGE = 60
+_keys_cache: dict[str, tuple[ApiKey, str, float]] = {}
 _keys_cache_lock = threading.Lock()
 
 
@@ -66,8 +70,11 @@ def api_key_issue(*, agent: Agent, name: str = "", can_decide: bool = False) -> 
 
 
 def api_key_revoke(*, api_key: ApiKey) -> None:
-    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    """Revoke ``api_key``: refused by every process from its next request on (the stamp is
+    dropped first, so an unreachable shared cache fails the revocation rather than leaving
+    it unseen, and again once it commits)."""
     keys_stamp_bump(api_key.project_id)
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
 def _stamp_name(project_id: int) -> str:
@@ -84,7 +91,7 @@ def keys_stamp_bump(project_id: int) -> None:
     cache.delete(_stamp_name(project_id))
     transaction.on_commit(lambda: cache.delete(_stamp_name(project_id)))
     with _keys_cache_lock:
-        for digest in [d for d, (row, _) in _keys_cache.items() if row.project_id == project_id]:
+        for digest in [d for d, (row, *_) in _keys_cache.items() if row.project_id == project_id]:
             del _keys_cache[digest]
 
 
@@ -94,7 +101,8 @@ def api_key_verify(plain: str) -> ApiKey | None:
 
     A key this process verified before is answered from memory, without SQL, while its
     project's stamp in the shared cache is the one read before the row was loaded
-    (``keys_stamp_bump`` drops it on any change; an evicted stamp only costs a read). The
+    (``keys_stamp_bump`` drops it on any change; an evicted stamp only costs a read), for
+    ``KEYS_CACHE_MAX_AGE`` seconds at most. The
     stamp is read before the row, so a change made while the row loads is never hidden by
     it. A miss costs two queries (the key's project, then the row after the stamp)."""
     match = KEY_PATTERN.match(plain)
@@ -103,8 +111,11 @@ def api_key_verify(plain: str) -> ApiKey | None:
     digest = _digest(plain)
     cached = _keys_cache.get(digest)
     if cached is not None:
-        row, stamp = cached
-        if cache.get(_stamp_name(row.project_id)) == stamp:  # a stamp evicted: read again
+        row, stamp, loaded = cached
+        if (
+            time.monotonic() - loaded < KEYS_CACHE_MAX_AGE
+            and cache.get(_stamp_name(row.project_id)) == stamp  # a stamp evicted: read again
+        ):
             _last_used_touch(row)
             return row
     found = ApiKey.objects.filter(prefix=match.group(1)).values_list("pk", "project_id").first()
@@ -119,7 +130,7 @@ def api_key_verify(plain: str) -> ApiKey | None:
         return None
     with _keys_cache_lock:
         if stamp is not None:  # None: evicted at once; this row is not kept
-            _keys_cache[digest] = (row, stamp)
+            _keys_cache[digest] = (row, stamp, time.monotonic())
         while len(_keys_cache) > KEYS_CACHE_SIZE:
             del _keys_cache[next(iter(_keys_cache))]
     _last_used_touch(row)

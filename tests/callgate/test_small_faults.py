@@ -262,3 +262,36 @@ class ReusedEventIdTests(BaseTestCase):
             services.attempt_report(project=self.project, agent=self.agent, attempt=other)
         self.assertEqual(refused.exception.kind, "reused")
         self.assertEqual(refused.exception.errors[0]["loc"], "event_id")
+
+
+UNREACHABLE_CACHE = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
+    }
+}
+
+
+class SharedCacheDownTests(BaseTestCase):
+    """Redis (the shared cache of key stamps, throttles and failed-key counts) unreachable:
+    the API answers 503 with Retry-After in its error shape and stores nothing; it was a 500
+    (the fault run's broker phase)."""
+
+    def test_the_api_answers_503_with_retry_after_and_stores_nothing(self):
+        from callgate.models import InboxEvent, ToolCall
+        from tests.factories import proposal
+
+        gate = {"format": "plain", "call": {"tool": "get_weather", "arguments": {"city": "Oslo"}}}
+        with override_settings(CACHES=UNREACHABLE_CACHE):
+            for path, body in (
+                ("/api/v1/events", proposal("get_weather", {"city": "Oslo"})),
+                ("/api/v1/calls", gate),
+            ):
+                response = self.api().post(path, body, format="json")
+                self.assertEqual(response.status_code, 503, (path, response.content))
+                self.assertEqual(response["Retry-After"], "5")
+                self.assertEqual(set(response.json()), {"error", "errors"})
+        self.assertFalse(InboxEvent.objects.exists())
+        self.assertFalse(ToolCall.objects.exists())
+        # back: answered as usual
+        self.assertEqual(self.api().post("/api/v1/calls", gate, format="json").status_code, 200)

@@ -7,6 +7,7 @@ what the next request sees."""
 from __future__ import annotations
 
 import copy
+from unittest import mock
 
 from django.core.cache import cache
 from django.db import connection
@@ -109,3 +110,12 @@ class KeysCacheTests(BaseTestCase):
         ApiKey.objects.filter(pk=key.pk).update(revoked_at=key.created_at)
         cache.clear()  # a full cache evicts the stamp
         assert client.get(self.PROBE).status_code == 401
+
+    def test_an_entry_is_trusted_for_a_bounded_time_even_when_a_bump_was_lost(self):
+        client = self.api()
+        assert client.get(self.PROBE).status_code == 200
+        key = ApiKey.objects.get(agent=self.agent)
+        ApiKey.objects.filter(pk=key.pk).update(revoked_at=key.created_at)  # no bump reached
+        assert client.get(self.PROBE).status_code == 200
+        with mock.patch("callgate.auth.KEYS_CACHE_MAX_AGE", 0):  # as if that long had passed
+            assert client.get(self.PROBE).status_code == 401
