@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar, cast
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Field, Q
 from django.utils import timezone
 
@@ -42,11 +42,12 @@ from callgate.models import (
     CallEvent,
     Project,
     RequestBudget,
+    RollupDirtyBucket,
     ToolCall,
     ToolContract,
 )
 from callgate.prometheus import VERDICTS
-from callgate.reports.rollups import buckets_touch
+from callgate.reports.rollups import buckets_touch, hour_floor
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,
@@ -1078,24 +1079,15 @@ class _Batch:
 
     def save(self) -> None:
         new_ids = self.new_ids
-        if self.new_calls:
-            ToolCall.objects.bulk_create(self.new_calls)
-        existing = [self.calls[op] for op in self.changed if op not in new_ids]
-        if existing:
-            calls_update(existing)
-        if self.events:
-            rows = []
-            for call, row in self.events:
-                row.call = call
-                rows.append(row)
-            CallEvent.objects.bulk_create(rows)
-        if self.budgets_changed:
-            RequestBudget.objects.bulk_create(
-                [self.budget_rows[key] for key in self.budgets_changed],
-                update_conflicts=True,
-                unique_fields=["project", "request_id", "tool_name"],
-                update_fields=["reasks_used", "proposals", "refusals"],
-            )
+        for call, row in self.events:
+            row.call = call
+        batch_write(
+            new_calls=self.new_calls,
+            changed_calls=[self.calls[op] for op in self.changed if op not in new_ids],
+            events=[row for _, row in self.events],
+            budgets=[self.budget_rows[key] for key in self.budgets_changed],
+            touched=[self.calls[op] for op in self.changed | new_ids],
+        )
         if self.to_settle:
             escalation.review_items_settle_bulk(
                 calls=[self.calls[op] for op in self.to_settle],
@@ -1151,34 +1143,170 @@ CALL_FIELDS = [
 ]
 
 
-def calls_update(calls: list[ToolCall]) -> None:
-    """Write ``CALL_FIELDS`` of ``calls`` (rows that exist) in one statement.
+def batch_write(
+    *,
+    new_calls: list[ToolCall],
+    changed_calls: list[ToolCall],
+    events: list[CallEvent],
+    budgets: list[RequestBudget],
+    touched: list[ToolCall],
+) -> None:
+    """Write what a batch applied: insert ``new_calls`` (their ``pk`` set), write
+    ``CALL_FIELDS`` of ``changed_calls`` (rows that exist), insert ``events`` (each with its
+    ``call``; their ``pk`` set), upsert the re-ask ``budgets`` and mark the rollup buckets of
+    ``touched`` (``buckets_touch``).
 
-    PostgreSQL: ``UPDATE … FROM unnest(…)``, one typed array per column, so that the
-    statement's text and cost of building it stay fixed whatever the number of rows (Django's
-    ``bulk_update`` builds a ``CASE WHEN`` per column and row: measured at 90% of the apply
-    path's time in the SDK's flow). Elsewhere (SQLite, the embedded default):
-    ``bulk_update``."""
+    PostgreSQL: one statement whatever the batch, data-modifying CTEs over ``unnest`` of one
+    typed array per column (the statement's text and the cost of building it stay fixed:
+    Django's ``bulk_update`` builds a ``CASE WHEN`` per column and row, measured at 90% of the
+    apply path's time in the SDK's flow; and the gate pays one round trip instead of five).
+    The events of new calls find their call's ID through the calls' ``RETURNING``; the
+    foreign keys are checked at the end of the statement. Elsewhere (SQLite, the embedded
+    default): the ORM's bulk operations."""
     if connection.vendor != "postgresql":
-        ToolCall.objects.bulk_update(calls, CALL_FIELDS)
+        if new_calls:
+            ToolCall.objects.bulk_create(new_calls)
+        if changed_calls:
+            ToolCall.objects.bulk_update(changed_calls, CALL_FIELDS)
+        if events:
+            CallEvent.objects.bulk_create(events)
+        if budgets:
+            RequestBudget.objects.bulk_create(
+                budgets,
+                update_conflicts=True,
+                unique_fields=["project", "request_id", "tool_name"],
+                update_fields=["reasks_used", "proposals", "refusals"],
+            )
+        buckets_touch(touched)
         return
-    fields = [cast(Field, ToolCall._meta.get_field(name)) for name in CALL_FIELDS]
-    pk = cast(Field, ToolCall._meta.pk)
-    columns = [pk.column, *(f.column for f in fields)]
-    types = [pk.db_type(connection), *(f.db_type(connection) for f in fields)]
-    arrays = [[call.pk for call in calls]]
-    for f in fields:
-        arrays.append([f.get_db_prep_save(getattr(call, f.attname), connection) for call in calls])
-    table = ToolCall._meta.db_table
-    unnest = ", ".join(f"%s::{t}[]" for t in types)
-    assignments = ", ".join(f'"{c}" = v."{c}"' for c in columns[1:])
-    names = ", ".join(f'"{c}"' for c in columns)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f'UPDATE "{table}" SET {assignments} FROM unnest({unnest}) AS v({names}) '
-            f'WHERE "{table}"."{pk.column}" = v."{pk.column}"',
-            arrays,
+    parts: list[str] = []
+    params: list[Any] = []
+    call_table, event_table = ToolCall._meta.db_table, CallEvent._meta.db_table
+    if new_calls:
+        fields = _insert_fields(ToolCall)
+        rows, arrays = _unnest(fields, new_calls, add=True)
+        columns = ", ".join(f'"{f.column}"' for f in fields)
+        parts.append(
+            f'new_calls AS (INSERT INTO "{call_table}" ({columns}) SELECT {columns} FROM {rows} '
+            f'RETURNING "id", "operation_id")'
         )
+        params += arrays
+    if changed_calls:
+        fields = [cast(Field, ToolCall._meta.pk)] + [
+            cast(Field, ToolCall._meta.get_field(name)) for name in CALL_FIELDS
+        ]
+        rows, arrays = _unnest(fields, changed_calls)
+        assignments = ", ".join(f'"{f.column}" = v."{f.column}"' for f in fields[1:])
+        parts.append(
+            f'changed_calls AS (UPDATE "{call_table}" SET {assignments} FROM {rows} '
+            f'WHERE "{call_table}"."id" = v."id")'
+        )
+        params += arrays
+    if events:
+        fields = _insert_fields(CallEvent)
+        rows, arrays = _unnest(
+            [f for f in fields if f.attname != "call_id"],
+            events,
+            add=True,
+            extra=[  # the call's ID, or its operation ID while it is new (RETURNING gives its ID)
+                ("call_id", "bigint", lambda event: event.call.pk),
+                ("operation_id", "text", lambda event: event.call.operation_id),
+            ],
+        )
+        columns = ", ".join(f'"{f.column}"' for f in fields)
+        values = ", ".join(
+            ('COALESCE(v."call_id", new_calls."id")' if new_calls else 'v."call_id"')
+            if f.attname == "call_id"
+            else f'v."{f.column}"'
+            for f in fields
+        )
+        join = (
+            ' LEFT JOIN new_calls ON new_calls."operation_id" = v."operation_id"'
+            if new_calls
+            else ""
+        )
+        parts.append(
+            f'new_events AS (INSERT INTO "{event_table}" ({columns}) SELECT {values} '
+            f'FROM {rows}{join} RETURNING "id", "event_id")'
+        )
+        params += arrays
+    if budgets:
+        fields = _insert_fields(RequestBudget)
+        rows, arrays = _unnest(fields, budgets)
+        columns = ", ".join(f'"{f.column}"' for f in fields)
+        parts.append(
+            f'budgets AS (INSERT INTO "{RequestBudget._meta.db_table}" ({columns}) '
+            f"SELECT {columns} FROM {rows} "
+            f'ON CONFLICT ("project_id", "request_id", "tool_name") DO UPDATE SET '
+            f'"reasks_used" = EXCLUDED."reasks_used", "proposals" = EXCLUDED."proposals", '
+            f'"refusals" = EXCLUDED."refusals")'
+        )
+        params += arrays
+    if buckets := sorted({(c.project_id, hour_floor(c.created_at)) for c in touched}):
+        parts.append(
+            f'buckets AS (INSERT INTO "{RollupDirtyBucket._meta.db_table}" '
+            f'("project_id", "bucket", "touched_at") '
+            f"SELECT b.project_id, b.bucket, now() FROM unnest(%s::bigint[], "
+            f"%s::timestamptz[]) AS b(project_id, bucket) ON CONFLICT DO NOTHING)"
+        )
+        params += [[p for p, _ in buckets], [b for _, b in buckets]]
+    if not parts:
+        return
+    answers = []
+    if new_calls:
+        answers.append('SELECT \'call\', "id", "operation_id"::text FROM new_calls')
+    if events:
+        answers.append('SELECT \'event\', "id", "event_id"::text FROM new_events')
+    answer = " UNION ALL ".join(answers) if answers else "SELECT NULL, NULL, NULL"
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH {', '.join(parts)} {answer}", params)
+        returned = cursor.fetchall()
+    call_ids = {op: pk for kind, pk, op in returned if kind == "call"}
+    event_ids = {event_id: pk for kind, pk, event_id in returned if kind == "event"}
+    for call in new_calls:
+        call.pk = call_ids[call.operation_id]
+        call._state.adding, call._state.db = False, connection.alias
+    for event in events:
+        event.pk = event_ids[str(event.event_id)]
+        event.call_id = event.call.pk
+        event._state.adding, event._state.db = False, connection.alias
+
+
+def _insert_fields(model: type[models.Model]) -> list[Field]:
+    """The columns an insert of ``model`` writes: every concrete field but the primary key
+    and generated columns."""
+    return [
+        cast(Field, f)
+        for f in model._meta.concrete_fields
+        if not f.primary_key and not getattr(f, "generated", False)
+    ]
+
+
+def _unnest(
+    fields: list[Field],
+    objs: list,
+    *,
+    add: bool = False,
+    extra: list[tuple[str, str, Callable[[Any], Any]]] | None = None,
+) -> tuple[str, list[list]]:
+    """``unnest(%s::type[], …) AS v(columns)`` over ``objs``' values of ``fields`` (as the
+    ORM saves them: ``pre_save`` when ``add``, then ``get_db_prep_save``), and the arrays;
+    ``extra``: more columns, ``(name, SQL type, value of an object)``."""
+    names, types, arrays = [], [], []
+    for f in fields:
+        names.append(f'"{f.column}"')
+        types.append(f.db_type(connection) or "text")
+        values = []
+        for obj in objs:
+            value = f.pre_save(obj, add=True) if add else getattr(obj, f.attname)
+            values.append(f.get_db_prep_save(value, connection))
+        arrays.append(values)
+    for name, sql_type, value_of in extra or ():
+        names.append(f'"{name}"')
+        types.append(sql_type)
+        arrays.append([value_of(obj) for obj in objs])
+    unnest = ", ".join(f"%s::{t}[]" for t in types)
+    return f"unnest({unnest}) AS v({', '.join(names)})", arrays
 
 
 def events_apply(
@@ -1248,7 +1376,6 @@ def _apply_once(*, project, agent, events, source, user, may_decide, deduplicate
             Outcome(status="accepted", recorded=tuple(row for _, row in batch.events[mark:]))
         )
     batch.save()
-    buckets_touch(batch.calls[op] for op in batch.changed | batch.new_ids)
     return outcomes
 
 

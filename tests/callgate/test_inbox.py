@@ -15,7 +15,17 @@ from django.utils import timezone
 
 from callgate import inbox, ingest, tasks
 from callgate.inbox import event_answer, events_receive, inbox_drain
-from callgate.models import Agent, CallEvent, InboxEvent, Membership, Project, ToolCall
+from callgate.models import (
+    Agent,
+    CallEvent,
+    InboxEvent,
+    Membership,
+    Project,
+    RequestBudget,
+    RollupDirtyBucket,
+    ToolCall,
+)
+from callgate.reports.rollups import hour_floor
 from tests.factories import (
     FOLLOW_UP,
     WEATHER,
@@ -502,10 +512,73 @@ def _rows_read(node: dict) -> int:
     return own + sum(_rows_read(child) for child in node.get("Plans", []))
 
 
-class CallsUpdateTests(BaseTestCase):
-    """``ingest.calls_update`` (``UPDATE … FROM unnest`` on PostgreSQL) writes every field of
-    ``CALL_FIELDS`` as the ORM would, NULLs, JSON and foreign keys included, and only the
-    rows it is given."""
+class BatchWriteTests(BaseTestCase):
+    """``ingest.batch_write`` (one statement of ``unnest`` CTEs on PostgreSQL, the ORM's bulk
+    operations elsewhere) writes every field as the ORM would, NULLs, JSON and foreign keys
+    included, and only the rows it is given."""
+
+    def test_new_calls_events_and_budgets_round_trip_and_get_their_ids(self):
+        now = timezone.now()
+        contract = make_contracts(self.project)["get_weather"]
+        existing = make_call(project=self.project, agent=self.agent, created_at=now)
+        new = ToolCall(
+            project=self.project,
+            agent=self.agent,
+            operation_id="op-new",
+            request_id="req-9",
+            call_id="c1",
+            tool_name="get_weather",
+            contract=contract,
+            arguments={"city": "Zürich", "days": [1, None]},
+            arguments_digest="d",
+            state="allowed",
+            reason="ok",
+            category="ok",
+            route="proceed",
+            observation="Go ahead.",
+            created_at=now - timedelta(hours=3),
+            updated_at=now,
+        )
+        events = [
+            CallEvent(
+                project=self.project,
+                call=call,
+                event_id=uuid.uuid4(),
+                kind="proposed",
+                source="agent",
+                body={"type": "proposed", "n": n},
+                occurred_at=now,
+                received_at=now,
+                reason="ok",
+                route="proceed",
+                failed_items=[{"path": "/a"}] if n else None,
+                state_after="allowed",
+            )
+            for n, call in enumerate((new, existing, new))
+        ]
+        budget = RequestBudget(
+            project=self.project, request_id="req-9", tool_name="get_weather", reasks_used=1
+        )
+        ingest.batch_write(
+            new_calls=[new], changed_calls=[], events=events, budgets=[budget], touched=[new]
+        )
+        assert new.pk is not None and all(e.pk is not None for e in events)
+        assert [e.call_id for e in events] == [new.pk, existing.pk, new.pk]
+        for model, rows in ((ToolCall, [new]), (CallEvent, events)):
+            for row in rows:
+                stored = model.objects.get(pk=row.pk)
+                for field in model._meta.concrete_fields:
+                    assert getattr(stored, field.attname) == getattr(row, field.attname), (
+                        model.__name__,
+                        field.name,
+                    )
+        assert RequestBudget.objects.get(project=self.project, request_id="req-9").reasks_used == 1
+        budget.reasks_used = 2  # an upsert: the same key again
+        ingest.batch_write(new_calls=[], changed_calls=[], events=[], budgets=[budget], touched=[])
+        assert RequestBudget.objects.get(project=self.project, request_id="req-9").reasks_used == 2
+        assert RollupDirtyBucket.objects.filter(
+            project=self.project, bucket=hour_floor(new.created_at)
+        ).exists()
 
     def test_every_call_field_round_trips(self):
         now = timezone.now()
@@ -522,7 +595,9 @@ class CallsUpdateTests(BaseTestCase):
         first.decided_by, first.decided_at, first.updated_at = self.alice, now, now
         second.receipt, second.contract, second.decided_by = None, None, None
         second.arguments = ["not", "an", "object"]
-        ingest.calls_update([first, second])
+        ingest.batch_write(
+            new_calls=[], changed_calls=[first, second], events=[], budgets=[], touched=[]
+        )
         for call in (first, second):
             stored = ToolCall.objects.get(pk=call.pk)
             for name in ingest.CALL_FIELDS:
