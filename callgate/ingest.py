@@ -1267,8 +1267,9 @@ def batch_write(
         call.pk = call_ids[call.operation_id]
         call._state.adding, call._state.db = False, connection.alias
     for event in events:
+        call = event.call
         event.pk = event_ids[str(event.event_id)]
-        event.call_id = event.call.pk
+        event.call = call  # its ID known now (setting call_id alone would drop the cached call)
         event._state.adding, event._state.db = False, connection.alias
 
 
