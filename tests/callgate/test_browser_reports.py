@@ -10,9 +10,8 @@ from django.utils import timezone
 
 from callgate.models import Agent
 from callgate.reports.rollups import hour_floor, rollups_rebuild
-from reviews.models import ReviewItem
 from tests.browser_support import BrowserTestCase, artifact_path
-from tests.factories import make_contracts, seed_calls
+from tests.factories import make_contracts, make_review_item, seed_calls
 
 PAGES = [
     ("overview", ""),
@@ -56,17 +55,13 @@ class BrowserReportsTests(BrowserTestCase):
         review = [c for c in calls if c.route == "review"]
         for i, call in enumerate(review):
             if i % 3 == 0:
-                ReviewItem.objects.create(
-                    project=self.project,
-                    call=call,
-                    reason=call.reason,
+                make_review_item(
+                    call,
                     created_at=now - timedelta(minutes=7 * i + 3),
                 )
             else:
-                ReviewItem.objects.create(
-                    project=self.project,
-                    call=call,
-                    reason=call.reason,
+                make_review_item(
+                    call,
                     status="resolved",
                     resolution=["approve_retry", "reject", "mark_applied", "mark_failed"][i % 4],
                     created_at=call.created_at,

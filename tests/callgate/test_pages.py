@@ -16,8 +16,7 @@ from callgate import selectors
 from callgate.models import AgentTool, ApiKey, CallEvent, Membership, ToolCall, ToolContract
 from callgate.reports import rollups
 from callgate.taxonomy import TABLE, Reason
-from reviews.models import ReviewItem
-from tests.factories import BaseTestCase, make_event, make_user
+from tests.factories import BaseTestCase, make_event, make_review_item, make_user
 
 
 def make_contract(project, name="create_follow_up", version=1, **fields) -> ToolContract:
@@ -325,17 +324,14 @@ class CallDetailTests(BaseTestCase):
         assert "data-local" in body
 
     def test_it_links_the_open_review_item_when_there_is_one(self):
-        item = ReviewItem.objects.create(
-            project=self.project, call=self.call, kind="escalation", reason="outcome_unknown"
-        )
+        item = make_review_item(self.call, kind="escalation", reason="outcome_unknown")
         response = self.client.get(self.url())
         assert response.context["review_item"] == item
         assert f'href="/p/acme/review/{item.pk}/"'.encode() in response.content
 
     def test_it_shows_no_review_link_once_the_item_is_resolved(self):
-        ReviewItem.objects.create(
-            project=self.project,
-            call=self.call,
+        make_review_item(
+            self.call,
             kind="escalation",
             reason="outcome_unknown",
             status="resolved",

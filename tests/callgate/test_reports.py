@@ -7,14 +7,19 @@ import io
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlparse
 
-from django.apps import apps
-
 from callgate.models import Agent, CallEvent, ToolCall
 from callgate.reports import rollups
 from callgate.reports import selectors as reports
 from callgate.reports.rollups import rollups_rebuild
 from callgate.taxonomy import Reason
-from tests.factories import T0, BaseTestCase, make_call, make_contracts, seed_calls
+from tests.factories import (
+    T0,
+    BaseTestCase,
+    make_call,
+    make_contracts,
+    make_review_item,
+    seed_calls,
+)
 
 
 class ReportFixture(BaseTestCase):
@@ -217,25 +222,18 @@ class ReportSelectorsTests(ReportFixture):
         )
 
     def test_it_reports_review_health(self):
-        try:
-            ReviewItem = apps.get_model("reviews", "ReviewItem")
-        except LookupError:
-            return
         calls = list(self.direct(reason="outcome_unknown")[:4])
         now = T0 + timedelta(days=3)
         for i, call in enumerate(calls):
-            ReviewItem.objects.create(
-                project=self.project,
-                call=call,
-                reason=call.reason,
+            make_review_item(
+                call,
                 status="resolved",
                 resolution="mark_applied" if i % 2 else "reject",
                 created_at=now - timedelta(hours=i + 1),
                 resolved_at=now,
             )
-        ReviewItem.objects.create(
-            project=self.project,
-            call=self.calls[0],
+        make_review_item(
+            self.calls[0],
             reason="ok",
             created_at=now - timedelta(minutes=30),
         )
@@ -505,18 +503,12 @@ class ReportFindingsTests(ReportFixture):
                 )
 
     def test_it_shows_a_dash_for_time_to_decision_without_human_decisions(self):
-        try:
-            ReviewItem = apps.get_model("reviews", "ReviewItem")
-        except LookupError:
-            return
         now = T0 + timedelta(days=3)
         for status, call in zip(
             ("settled", "expired"), self.direct(reason="outcome_unknown")[:2], strict=True
         ):
-            ReviewItem.objects.create(
-                project=self.project,
-                call=call,
-                reason=call.reason,
+            make_review_item(
+                call,
                 status=status,
                 resolution=status,
                 created_at=now,
