@@ -11,7 +11,10 @@ and sets from here, so a count means the same calls wherever it appears:
   one, end of the current hour)``. The rollups count by creation hour
   (``callgate.reports.rollups``), so only whole hours can be counted from them and matched
   exactly by the calls list; the pages say the window they show ("since 17:00 yesterday,
-  this hour so far"), never more than the length they name (``metrics.window``).
+  this hour so far"). "The last hour" is the exception that keeps it honest: the previous
+  whole hour and the current one (60 to 120 minutes of calls), as the current hour alone
+  holds almost nothing in its first minutes (``metrics.window``). The calls list, which
+  reads calls rather than rollups, takes it exactly: the past 60 minutes (``list_since``).
 - **Not ok.** A call whose current category is neither ``ok`` nor ``empty_result`` and that
   has a category at all: a call still in flight (no classification yet) is not a failure.
 - **Unclassified.** A call with no category yet (in flight, or proposed and waiting).
@@ -77,18 +80,34 @@ def hour_ceil(moment: datetime) -> datetime:
 
 
 HOUR = timedelta(hours=1)
+#: The fewest whole hours in a window: the previous hour and the current one, so "the last
+#: hour" always holds the past 60 minutes (the current hour alone is empty at :00).
+MIN_WINDOW_HOURS = 2
+#: Presets shorter than this are exact on the calls list (``list_since``).
+EXACT_BELOW = timedelta(days=1)
 
 
 def window(length: timedelta, *, now: datetime | None = None) -> tuple[datetime, datetime]:
     """``(since, until)`` of "the last ``length``": ``length`` in whole UTC hours (rounded
-    up), ending with the current hour (``until`` exclusive, the end of the current hour).
-    So "the last 24 hours" is 24 hourly periods: it spans exactly 24 hours, of which the
-    current one has only run so far, and holds the calls of the last 23 to 24 hours, never
-    older ones. The pages show ``since`` beside the number."""
+    up, at least ``MIN_WINDOW_HOURS``), ending with the current hour (``until`` exclusive,
+    the end of the current hour). So "the last 24 hours" is 24 hourly periods: it spans
+    exactly 24 hours, of which the current one has only run so far, and holds the calls of
+    the last 23 to 24 hours, never older ones; "the last hour" is the previous whole hour
+    and the current one: the calls of the last 60 to 120 minutes. The pages show ``since``
+    beside the number."""
     now = now or timezone.now()
-    hours = max(1, math.ceil(length / HOUR))
+    hours = max(MIN_WINDOW_HOURS, math.ceil(length / HOUR))
     until = hour_floor(now) + HOUR
     return until - hours * HOUR, until
+
+
+def list_since(length: timedelta, *, now: datetime | None = None) -> datetime:
+    """Where the calls list's preset ``since=<length>`` starts. The list reads calls, not
+    rollups, so a preset shorter than ``EXACT_BELOW`` ("the last hour") is exact: the past
+    ``length``, rolling. Longer ones start where ``window`` does, so the list shows exactly
+    the calls the numbers linking to it counted (the agents page's "calls in 24 h")."""
+    now = now or timezone.now()
+    return now - length if length < EXACT_BELOW else window(length, now=now)[0]
 
 
 def covering_window(length: timedelta, *, now: datetime | None = None) -> tuple[datetime, datetime]:

@@ -39,7 +39,7 @@ def open_review_count(*, project: Project) -> int:
 
 #: rows per page of the calls list
 CALLS_PAGE_SIZE = 50
-#: the time-range presets of the filter bar: value -> length (see ``metrics.window``)
+#: the time-range presets of the filter bar: value -> length (see ``metrics.list_since``)
 TIME_PRESETS = metrics.WINDOWS
 
 
@@ -218,8 +218,9 @@ def calls_category_counts(*, project: Project, filters: CallFilters) -> Category
     """Matching calls per category, ignoring the category filter itself (so the bar shows
     what picking another category would give). One query whose cost does not grow with the
     project: from the rollups when only tool, agent, reason, route and a time range of
-    whole UTC hours (the presets: ``since=24h``, the reports' links) are filtered (exact as
-    of the last refresh, at most a minute old), else counted over the newest
+    whole UTC hours (the presets of a day or more: ``since=24h``, the reports' links) are
+    filtered (exact as of the last refresh, at most a minute old), else (``since=1h``, the
+    past 60 minutes, included) counted over the newest
     ``COUNT_CAP + 1`` matching calls (an index scan stopping there)."""
     used = {f.name for f in fields(filters) if getattr(filters, f.name) not in ("", None)}
     hours = all(

@@ -137,7 +137,7 @@ def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
             errors.append(f"Unknown agent {raw_agent!r}: ignored.")
     raw_since = params.get("since", "").strip()
     if raw_since in TIME_PRESETS:
-        values["since"] = metrics.window(TIME_PRESETS[raw_since])[0]
+        values["since"] = metrics.list_since(TIME_PRESETS[raw_since])
     elif raw_since:
         values["since"] = _parse_time(raw_since)
         if values["since"] is None:

@@ -154,14 +154,6 @@ class ReviewItem(models.Model):
     def __str__(self) -> str:
         return f"review #{self.pk} {self.reason}"
 
-    def save(self, *args, **kwargs):
-        """Copy the call's tool name and agent onto a new item that lacks them (callgate's
-        ``escalation`` sets them itself; this keeps other writers, fixtures included,
-        right)."""
-        if self._state.adding and self.agent_id is None and self.call_id is not None:
-            self.tool_name, self.agent_id = self.call.tool_name, self.call.agent_id
-        super().save(*args, **kwargs)
-
     @property
     def is_open(self) -> bool:
         return self.status in self.OPEN_STATUSES

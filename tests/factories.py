@@ -21,6 +21,7 @@ from callgate.auth import api_key_issue
 from callgate.models import Agent, CallRollup, Membership, Project, ToolCall, ToolContract
 from callgate.schemas import EVENT_ADAPTER
 from callgate.taxonomy import TABLE, Reason
+from reviews.models import ReviewItem
 
 PASSWORD = "correct horse battery staple"
 
@@ -166,6 +167,27 @@ def make_call(
         updated_at=extra.pop("updated_at", created_at),
         **extra,
     )
+
+
+def review_item(call: ToolCall, **fields) -> ReviewItem:
+    """An unsaved review item for ``call`` carrying what every writer copies from the call
+    (project, tool name, agent; the reason unless given), as ``escalation`` does."""
+    fields.setdefault("reason", call.reason)
+    return ReviewItem(
+        project_id=call.project_id,
+        call=call,
+        tool_name=call.tool_name,
+        agent_id=call.agent_id,
+        **fields,
+    )
+
+
+def make_review_item(call: ToolCall, **fields) -> ReviewItem:
+    """A saved ``review_item`` (fixtures that need an item in a given state, with no
+    escalation behind it)."""
+    item = review_item(call, **fields)
+    item.save()
+    return item
 
 
 def seed_calls(

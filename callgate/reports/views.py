@@ -953,20 +953,32 @@ def _sections(project, params: dict) -> list[dict]:
     ]
 
 
+#: The quick ranges: label, length (``metrics.window``), granularity, and what the page
+#: says of a window longer than its label (the reports count whole hours).
+REPORT_PRESETS = (
+    (
+        "1 h",
+        metrics.WINDOWS["1h"],
+        "hour",
+        "the last hour: the previous whole hour and this one so far (counts are hourly)",
+    ),
+    ("24 h", metrics.WINDOWS["24h"], "hour", ""),
+    ("7 days", metrics.WINDOWS["7d"], "day", ""),
+    ("30 days", metrics.WINDOWS["30d"], "day", ""),
+    ("90 days", timedelta(days=90), "week", ""),
+)
+
+
 def _presets(request: HttpRequest, params: dict) -> list[dict]:
     out = []
-    for label, delta, gran in (
-        ("24 h", timedelta(hours=24), "hour"),
-        ("7 days", timedelta(days=7), "day"),
-        ("30 days", timedelta(days=30), "day"),
-        ("90 days", timedelta(days=90), "week"),
-    ):
+    for label, delta, gran, note in REPORT_PRESETS:
         since, until = metrics.window(delta)
         query = {k: v for k, v in params.items() if k in ("tool", "agent")}
         query.update({"since": iso(since), "until": iso(until), "granularity": gran})
         out.append(
             {
                 "label": label,
+                "note": note,
                 "url": "?" + urlencode(query),
                 "current": params.get("since") == query["since"]
                 and params.get("until") == query["until"],

@@ -17,7 +17,13 @@ from demo.fleet import AGENT_TOOLS, WAITING_SHIFT_LIMIT, agent_tool_sets, spread
 from demo.history import AT_THE_GATE, HISTORY_PREFIX, Incidents, demo_reset, history_seed
 from reviews.models import ReviewItem
 from reviews.selectors import queue_progress
-from tests.factories import BaseTestCase, make_call, make_user, rollup_counts
+from tests.factories import (
+    BaseTestCase,
+    make_call,
+    make_review_item,
+    make_user,
+    rollup_counts,
+)
 
 
 def last_thursday_noon() -> datetime:
@@ -173,9 +179,8 @@ class DemoSpreadTests(BaseTestCase):
             decision="approve_retry",
             decided_at=now,
         )
-        item = ReviewItem.objects.create(
-            project=self.project,
-            call=decided,
+        item = make_review_item(
+            decided,
             reason="retry_exhausted",
             status=ReviewItem.Status.RESOLVED,
             resolution="approve_retry",

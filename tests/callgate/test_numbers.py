@@ -276,7 +276,22 @@ class WindowTests(SimpleTestCase):
         assert week[1] - week[0] == timedelta(days=7) and week[1] == self.at(18)
         # a length that is no whole number of hours is rounded up to one
         assert metrics.window(timedelta(minutes=90), now=now) == (self.at(16), self.at(18))
-        assert metrics.window(timedelta(minutes=5), now=now) == (self.at(17), self.at(18))
+        # and to at least two: the previous hour and this one
+        assert metrics.window(timedelta(minutes=5), now=now) == (self.at(16), self.at(18))
+
+    def test_the_last_hour_holds_the_past_60_minutes_just_after_the_hour(self):
+        for now in (self.at(17), self.at(17, 2), self.at(17, 59)):
+            since, until = metrics.window(metrics.WINDOWS["1h"], now=now)
+            # the previous whole hour and the current one (not the current one alone,
+            # which holds 2 minutes of calls at 17:02)
+            assert (since, until) == (self.at(16), self.at(18)), now
+            assert since <= now - timedelta(hours=1) and until > now
+
+    def test_the_calls_lists_last_hour_is_exact_and_its_day_is_whole_hours(self):
+        now = self.at(17, 2)
+        assert metrics.list_since(metrics.WINDOWS["1h"], now=now) == self.at(16, 2)
+        day = metrics.WINDOWS["24h"]
+        assert metrics.list_since(day, now=now) == metrics.window(day, now=now)[0]
 
     def test_the_covering_window_of_alerts_holds_all_of_the_last_length(self):
         now = self.at(17, 42)

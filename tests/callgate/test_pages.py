@@ -12,12 +12,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from callgate import selectors
+from callgate import metrics, selectors
 from callgate.models import AgentTool, ApiKey, CallEvent, Membership, ToolCall, ToolContract
 from callgate.reports import rollups
 from callgate.taxonomy import TABLE, Reason
-from reviews.models import ReviewItem
-from tests.factories import BaseTestCase, make_event, make_user
+from tests.factories import BaseTestCase, make_event, make_review_item, make_user
 
 
 def make_contract(project, name="create_follow_up", version=1, **fields) -> ToolContract:
@@ -91,7 +90,7 @@ class CallsListTests(BaseTestCase):
             assert self.rows(response) == [c.operation_id for c in expected], query
 
     def test_it_filters_by_time_range_and_presets(self):
-        recent = make_call(self.agent, minutes_ago=0)  # "1h" is the current whole UTC hour
+        recent = make_call(self.agent, minutes_ago=0)
         yesterday = make_call(self.agent, minutes_ago=60 * 30)
         make_call(self.agent, minutes_ago=60 * 24 * 40)
         assert self.rows(self.client.get(self.url + "?since=1h")) == [recent.operation_id]
@@ -103,6 +102,19 @@ class CallsListTests(BaseTestCase):
         until = (timezone.now() - timedelta(hours=1)).isoformat()
         response = self.client.get(self.url, {"since": since, "until": until})
         assert self.rows(response) == [yesterday.operation_id]
+
+    def test_its_last_hour_is_the_past_60_minutes_just_after_the_hour(self):
+        # at 2 minutes past a UTC hour: a call from 30 minutes ago (the previous hour) is in
+        # "the last hour", one from 61 minutes ago is not
+        frozen = metrics.hour_floor(timezone.now()) + timedelta(minutes=2)
+        with mock.patch("django.utils.timezone.now", return_value=frozen):
+            half_hour = make_call(self.agent, minutes_ago=30)
+            make_call(self.agent, minutes_ago=61)
+            response = self.client.get(self.url + "?since=1h")
+        assert self.rows(response) == [half_hour.operation_id]
+        assert response.context["filters"].since == frozen - timedelta(hours=1)
+        counts = {c["value"]: c["n"] for c in response.context["category_counts"]}
+        assert counts.get("ok") == 1
 
     def test_it_accepts_an_unescaped_plus_in_an_offset(self):
         call = make_call(self.agent, minutes_ago=10)
@@ -325,17 +337,14 @@ class CallDetailTests(BaseTestCase):
         assert "data-local" in body
 
     def test_it_links_the_open_review_item_when_there_is_one(self):
-        item = ReviewItem.objects.create(
-            project=self.project, call=self.call, kind="escalation", reason="outcome_unknown"
-        )
+        item = make_review_item(self.call, kind="escalation", reason="outcome_unknown")
         response = self.client.get(self.url())
         assert response.context["review_item"] == item
         assert f'href="/p/acme/review/{item.pk}/"'.encode() in response.content
 
     def test_it_shows_no_review_link_once_the_item_is_resolved(self):
-        ReviewItem.objects.create(
-            project=self.project,
-            call=self.call,
+        make_review_item(
+            self.call,
             kind="escalation",
             reason="outcome_unknown",
             status="resolved",

@@ -23,6 +23,7 @@ from callgate.selectors import CallFilters, Cursor
 from demo.seeding import seed_scale
 from reviews import selectors as queue
 from reviews.models import ReviewItem
+from tests.factories import review_item
 
 SEQ_SCANNED = ("Seq Scan on callgate_toolcall", "Seq Scan on reviews_reviewitem")
 #: Tables whose rows grow with the calls (of every tenant).
@@ -111,14 +112,7 @@ class QueryPlanTests(TestCase):
         )
         ReviewItem.objects.bulk_create(
             [
-                ReviewItem(
-                    project=other,
-                    call=call,
-                    reason="outcome_unknown",
-                    tool_name="issue_refund",
-                    agent=agent,
-                    created_at=call.created_at,
-                )
+                review_item(call, reason="outcome_unknown", created_at=call.created_at)
                 for call in calls
             ]
         )

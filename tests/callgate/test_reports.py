@@ -5,16 +5,22 @@ from __future__ import annotations
 import csv
 import io
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 from urllib.parse import parse_qs, urlparse
-
-from django.apps import apps
 
 from callgate.models import Agent, CallEvent, ToolCall
 from callgate.reports import rollups
 from callgate.reports import selectors as reports
 from callgate.reports.rollups import rollups_rebuild
 from callgate.taxonomy import Reason
-from tests.factories import T0, BaseTestCase, make_call, make_contracts, seed_calls
+from tests.factories import (
+    T0,
+    BaseTestCase,
+    make_call,
+    make_contracts,
+    make_review_item,
+    seed_calls,
+)
 
 
 class ReportFixture(BaseTestCase):
@@ -217,25 +223,18 @@ class ReportSelectorsTests(ReportFixture):
         )
 
     def test_it_reports_review_health(self):
-        try:
-            ReviewItem = apps.get_model("reviews", "ReviewItem")
-        except LookupError:
-            return
         calls = list(self.direct(reason="outcome_unknown")[:4])
         now = T0 + timedelta(days=3)
         for i, call in enumerate(calls):
-            ReviewItem.objects.create(
-                project=self.project,
-                call=call,
-                reason=call.reason,
+            make_review_item(
+                call,
                 status="resolved",
                 resolution="mark_applied" if i % 2 else "reject",
                 created_at=now - timedelta(hours=i + 1),
                 resolved_at=now,
             )
-        ReviewItem.objects.create(
-            project=self.project,
-            call=self.calls[0],
+        make_review_item(
+            self.calls[0],
             reason="ok",
             created_at=now - timedelta(minutes=30),
         )
@@ -286,6 +285,43 @@ class ReportPagesTests(ReportFixture):
         response = self.client.get(self.url(granularity="minute"))
         assert response.status_code == 400
         assert b"granularity" in response.content
+
+    def test_its_last_hour_is_the_previous_whole_hour_and_this_one_just_after_the_hour(self):
+        self.client.force_login(self.maria)
+        hour = T0 + timedelta(days=2, hours=10)
+        with mock.patch("django.utils.timezone.now", return_value=hour + timedelta(minutes=2)):
+            presets = self.client.get(self.url()).context["presets"]
+            chip = next(p for p in presets if p["label"] == "1 h")
+            response = self.client.get(self.url() + chip["url"])
+            rows = list(
+                csv.reader(
+                    io.StringIO(
+                        self.client.get(
+                            self.url("reasons/") + chip["url"] + "&format=csv&table=reasons"
+                        ).content.decode()
+                    )
+                )
+            )
+        f = response.context["f"]
+        assert (f.since, f.until, f.granularity) == (
+            hour - timedelta(hours=1),
+            hour + timedelta(hours=1),
+            "hour",
+        )
+        assert [p["label"] for p in response.context["presets"] if p["current"]] == ["1 h"]
+        assert b"the previous whole hour and this one so far" in response.content
+        # at 10:02 the report counts the calls since 09:00, not those of two minutes
+        previous_hour = ToolCall.objects.filter(
+            project=self.project, created_at__gte=f.since, created_at__lt=hour
+        ).count()
+        assert previous_hour > 0
+        assert rows[-1][0] == "Total"
+        assert (
+            int(rows[-1][2])
+            == ToolCall.objects.filter(
+                project=self.project, created_at__gte=f.since, created_at__lt=f.until
+            ).count()
+        )
 
     def test_it_exports_each_table_as_csv_with_the_page_numbers(self):
         self.client.force_login(self.maria)
@@ -505,18 +541,12 @@ class ReportFindingsTests(ReportFixture):
                 )
 
     def test_it_shows_a_dash_for_time_to_decision_without_human_decisions(self):
-        try:
-            ReviewItem = apps.get_model("reviews", "ReviewItem")
-        except LookupError:
-            return
         now = T0 + timedelta(days=3)
         for status, call in zip(
             ("settled", "expired"), self.direct(reason="outcome_unknown")[:2], strict=True
         ):
-            ReviewItem.objects.create(
-                project=self.project,
-                call=call,
-                reason=call.reason,
+            make_review_item(
+                call,
                 status=status,
                 resolution=status,
                 created_at=now,

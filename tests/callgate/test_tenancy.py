@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from callgate.models import ApiKey, CallEvent, Membership, ToolCall, ToolContract
 from reviews.models import ReviewItem
-from tests.factories import BaseTestCase, make_event, make_user
+from tests.factories import BaseTestCase, make_event, make_review_item, make_user
 
 PROJECT_PREFIX = "p/<slug:project>/"
 _PARAM = re.compile(r"<(?:(?P<converter>[^>:]+):)?(?P<name>\w+)>")
@@ -94,9 +94,8 @@ class TenancyFixtureMixin:
             occurred_at=now,
         )
         cls.b_key = ApiKey.objects.get(agent=cls.other_agent)
-        cls.b_item = ReviewItem.objects.create(
-            project=cls.other_project,
-            call=cls.b_call,
+        cls.b_item = make_review_item(
+            cls.b_call,
             kind=ReviewItem.Kind.ESCALATION,
             reason="timeout_unknown",
         )
