@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
@@ -64,7 +65,12 @@ class QueueFilters:
         defaults = QueueFilters().as_dict()
         return urlencode({k: v for k, v in values.items() if v and v != defaults[k]})
 
-    @property
+    @cached_property
+    def query_string(self) -> str:
+        """``query()``, built once: a page links it from its pager, its poll and every row."""
+        return self.query()
+
+    @cached_property
     def active(self) -> list[tuple[str, str, str]]:
         """(name, value, query string without it) of each non-default filter: the clear chips."""
         defaults = QueueFilters().as_dict()

@@ -9,12 +9,15 @@ possible. Without htmx, actions redirect back with a message.
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.template.defaultfilters import urlencode as urlencode_value
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -23,6 +26,7 @@ from django.views.decorators.vary import vary_on_headers
 from callgate.access import ProjectRequest, Role, project_view
 from callgate.csvexport import csv_safe
 from callgate.selectors import open_review_count
+from callgate.templatetags.callgate_tags import badge, moment
 from callgate.timeparse import parse_time
 from reviews import selectors, services
 from reviews.forms import BulkForm, CommentForm, DecisionForm, ExtendForm
@@ -43,6 +47,84 @@ def _get_item(request, pk: int) -> ReviewItem:
 
 
 # --- queue -----------------------------------------------------------------------------------
+
+
+class _PathOf:
+    """The paths of one URL pattern of the project for many items, reversed once (with a
+    stand-in id whose place each item's id takes): reversing 17 URLs per row was a third of
+    a 50-row queue page's time."""
+
+    STAND_IN = 987654321
+
+    def __init__(self, name: str, slug: str) -> None:
+        path = reverse(name, args=[slug, self.STAND_IN])
+        self.head, _, self.tail = path.rpartition(str(self.STAND_IN))
+
+    def __call__(self, pk: int) -> str:
+        return f"{self.head}{pk}{self.tail}"
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """What one queue row shows, ready to draw: its links, its badge and age, who holds the
+    claim (``holder``: the assignee while the lease is live) and the one-key approve."""
+
+    item: ReviewItem
+    new: bool
+    selected: bool
+    url: str
+    claim_url: str
+    decide_url: str
+    reconcile_url: str
+    similar_url: str
+    badge: str
+    age: str
+    holder: Any
+    mine: bool
+    approve: dict
+
+
+def _queue_rows(
+    request, items: list, *, filters: selectors.QueueFilters, seen=None, selected=frozenset()
+) -> list[QueueRow]:
+    """The rows of ``items``: each URL pattern reversed once per page, each reason's badge
+    drawn once, the filters' query string built once."""
+    slug = request.project.slug
+    item_path, claim_path, decide_path, reconcile_path = (
+        _PathOf(f"reviews:{name}", slug) for name in ("item", "claim", "decide", "reconcile")
+    )
+    similar = f"{reverse('reviews:queue', args=[slug])}?{filters.query_string}"
+    badges: dict[str, str] = {}
+    now = timezone.now()
+    rows = []
+    for item in items:
+        if item.reason not in badges:
+            badges[item.reason] = render_to_string("callgate/_badge.html", badge(item.reason))
+        holder = item.assignee if item.lease_active(now) else None
+        decision, why = services.queue_approve_action(item, user=request.user)
+        rows.append(
+            QueueRow(
+                item=item,
+                new=bool(seen and item.created_at > seen),
+                selected=item.pk in selected,
+                url=item_path(item.pk),
+                claim_url=claim_path(item.pk),
+                decide_url=decide_path(item.pk),
+                reconcile_url=reconcile_path(item.pk),
+                similar_url=f"{similar}&tool={urlencode_value(item.call.tool_name)}"
+                f"&reason={urlencode_value(item.reason)}",
+                badge=badges[item.reason],
+                age=moment(item.created_at, True),
+                holder=holder,
+                mine=holder is not None and holder.pk == request.user.pk,
+                approve={
+                    "decision": decision,
+                    "why": why,
+                    "label": "Approve" if decision == "approve" else "Approve retry",
+                },
+            )
+        )
+    return rows
 
 
 def _parse_seen(value: str | None):
@@ -77,10 +159,7 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
         "nav_active": "review",
         "filters": filters,
         "page": page,
-        "rows": [
-            {"item": i, "new": bool(seen and i.created_at > seen), "selected": i.pk in selected}
-            for i in page.rows
-        ],
+        "rows": _queue_rows(request, page.rows, filters=filters, seen=seen, selected=selected),
         "all_matching": request.GET.get("all_matching") == "1",
         # the poll reloads the same page
         "cursor_query": urlencode(
@@ -271,10 +350,9 @@ def _answer_body(request, item: ReviewItem, *, ok: str, error: str, status: int)
         ).get(pk=item.pk)
         selectors.annotate_rows(project=request.project, rows=[row])
         context = {
-            "row": {"item": row, "new": False, "selected": False},
+            "row": _queue_rows(request, [row], filters=selectors.QueueFilters())[0],
             "now": timezone.now(),
             "can_act": True,
-            "filters": selectors.QueueFilters(),
             "row_flash": error or ok,
             "row_flash_kind": "error" if error else "ok",
             "project": request.project,
