@@ -1291,17 +1291,21 @@ def _unnest(
     extra: list[tuple[str, str, Callable[[Any], Any]]] | None = None,
 ) -> tuple[str, list[list]]:
     """``unnest(%s::type[], …) AS v(columns)`` over ``objs``' values of ``fields`` (as the
-    ORM saves them: ``pre_save`` when ``add``, then ``get_db_prep_save``), and the arrays;
+    ORM saves them on PostgreSQL: ``get_db_prep_save`` is only needed for JSON, ``pre_save``
+    for the timestamps of new rows; the field types of the models written here), and the
+    arrays;
     ``extra``: more columns, ``(name, SQL type, value of an object)``."""
     names, types, arrays = [], [], []
     for f in fields:
         names.append(f'"{f.column}"')
         types.append(f.db_type(connection) or "text")
-        values = []
-        for obj in objs:
-            value = f.pre_save(obj, add=True) if add else getattr(obj, f.attname)
-            values.append(f.get_db_prep_save(value, connection))
-        arrays.append(values)
+        kind = f.get_internal_type()
+        if kind == "JSONField":  # psycopg's Jsonb wrapper, with the field's encoder
+            arrays.append([f.get_db_prep_save(getattr(obj, f.attname), connection) for obj in objs])
+        elif kind == "DateTimeField" and add:  # auto_now and auto_now_add
+            arrays.append([f.pre_save(obj, add=True) for obj in objs])
+        else:  # strings, numbers, UUIDs, aware datetimes and IDs: psycopg adapts them as they are
+            arrays.append([getattr(obj, f.attname) for obj in objs])
     for name, sql_type, value_of in extra or ():
         names.append(f'"{name}"')
         types.append(sql_type)
