@@ -47,8 +47,9 @@ At the end it waits (up to ``--settle`` seconds) for the inbox to drain, every i
 decided and every outbox row to be delivered, then prints per phase and in total: events
 accepted by the API (unique event IDs answered 2xx), applied (with a ``CallEvent``),
 applied twice, lost (accepted, not applied: pending, rejected or quarantined), API 5xx and
-429 answers (5xx while the broker is down: the failed-key limiter and the throttles read the
-cache, on the same Redis as in compose; clients send again); decisions saved, deliveries received (unique ``webhook-id``s), missing,
+429 answers (503 with Retry-After while the broker is down: the key stamps, the failed-key
+limiter and the throttles read the cache, on the same Redis as in compose; nothing is stored
+and clients send again); decisions saved, deliveries received (unique ``webhook-id``s), missing,
 received twice (allowed: receivers deduplicate, but counted), bad signatures, operator 5xx,
 children that crashed; and the run time. Targets: 0 lost, 0 applied twice, 0 missing deliveries, 0 operator 5xx.
 Every child process and the temporary directory go at the end, on Ctrl-C or an error too

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import threading
@@ -22,10 +23,12 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from redis.exceptions import RedisError
 from rest_framework import authentication, exceptions
 
 from callgate.models import Agent, ApiKey
 
+logger = logging.getLogger(__name__)
 KEY_PATTERN = re.compile(r"^cg_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
 #: last_used_at is written at most this often per key (seconds), to keep the hot path cheap.
 LAST_USED_RESOLUTION = 60
@@ -71,8 +74,7 @@ def api_key_issue(*, agent: Agent, name: str = "", can_decide: bool = False) -> 
 
 def api_key_revoke(*, api_key: ApiKey) -> None:
     """Revoke ``api_key``: refused by every process from its next request on (the stamp is
-    dropped first, so an unreachable shared cache fails the revocation rather than leaving
-    it unseen, and again once it commits)."""
+    dropped before the write and again once it commits; ``keys_stamp_bump``)."""
     keys_stamp_bump(api_key.project_id)
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
@@ -87,9 +89,18 @@ def keys_stamp_bump(project_id: int) -> None:
     the project changed, a contract changed (``callgate.signals``). The stamp lives in
     Django's cache, shared by the processes in production (Redis); dropping it makes the next
     reader draw a new one: now, and again when the change commits (a process that read the
-    rows in between would otherwise keep them under its new stamp)."""
-    cache.delete(_stamp_name(project_id))
-    transaction.on_commit(lambda: cache.delete(_stamp_name(project_id)))
+    rows in between would otherwise keep them under its new stamp). The shared cache
+    unreachable does not fail the change: while it is down every API request is refused
+    (503), and after it the old entries live ``KEYS_CACHE_MAX_AGE`` seconds at most."""
+
+    def drop() -> None:
+        try:
+            cache.delete(_stamp_name(project_id))
+        except RedisError as exc:
+            logger.warning("project %s: its key stamp could not be dropped: %s", project_id, exc)
+
+    drop()
+    transaction.on_commit(drop)
     with _keys_cache_lock:
         for digest in [d for d, (row, *_) in _keys_cache.items() if row.project_id == project_id]:
             del _keys_cache[digest]

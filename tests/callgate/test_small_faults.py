@@ -295,3 +295,14 @@ class SharedCacheDownTests(BaseTestCase):
         self.assertFalse(ToolCall.objects.exists())
         # back: answered as usual
         self.assertEqual(self.api().post("/api/v1/calls", gate, format="json").status_code, 200)
+
+    def test_changing_a_project_agent_or_key_does_not_need_the_cache(self):
+        from callgate.auth import api_key_issue, api_key_revoke
+        from callgate.models import Agent
+
+        with override_settings(CACHES=UNREACHABLE_CACHE), self.assertLogs("callgate.auth"):
+            agent = Agent.objects.create(project=self.project, name="offline-bot")
+            issued = api_key_issue(agent=agent)
+            api_key_revoke(api_key=issued.api_key)
+        issued.api_key.refresh_from_db()
+        self.assertIsNotNone(issued.api_key.revoked_at)
