@@ -35,6 +35,7 @@ from callgate.ingest import (
     TOOL_NAME_LENGTH,
     VERDICT_FOR_ROUTE,
     Outcome,
+    bound_cursor,
     call_answer,
     events_apply,
     retry_after,
@@ -372,7 +373,7 @@ def _insert_rows(
     columns = (
         "project_id, agent_id, event_id, body, received_at, status, errors, may_decide, digest"
     )
-    with _bound_cursor() as cursor:
+    with bound_cursor() as cursor:
         if connection.vendor == "postgresql":
             # The events travel as one JSON array (one escaped string, not 2 × N parameters);
             # the IDs come back as text, cheaper to read than UUID objects.
@@ -414,23 +415,6 @@ def _insert_rows(
             params,
         )
         return {str(event_id_field.to_python(value)) for (value,) in cursor.fetchall()}
-
-
-def _bound_cursor():
-    """A cursor for the ingest insert. PostgreSQL: psycopg 3's own ``Cursor``, which sends
-    parameters apart from the SQL text (server-side binding), inside Django's wrapper (its
-    query log and execute wrappers see it as any query). Django's default cursor quotes them
-    into the text, which costs about 4 of 45 µs per event here: the batch's JSON document is
-    one ~200 kB parameter. Elsewhere: Django's cursor."""
-    if connection.vendor != "postgresql":
-        return connection.cursor()
-    connection.ensure_connection()
-    cursor = psycopg.Cursor(connection.connection)
-    return (
-        connection.make_debug_cursor(cursor)
-        if connection.queries_logged
-        else connection.make_cursor(cursor)
-    )
 
 
 #: Drains a row may die with (a worker killed, or stopped at its time limit, while applying
