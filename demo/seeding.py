@@ -549,8 +549,9 @@ def seed_scale(
     """Add ``calls`` calls spread over the last ``days`` days to the project ``slug`` (created
     if missing, with 10 agents and 20 tool contracts), with their events, review items (about
     3% escalated), audit rows and re-ask budgets as ingest writes them, then rewrite the
-    project's rollups and ANALYZE. Raises ValueError on a bad slug, ``calls`` < 1 or ``days``
-    < 1, or a database other than PostgreSQL. ``say`` receives progress lines."""
+    project's rollups and ``VACUUM (ANALYZE)`` the tables (``ANALYZE`` alone inside a
+    transaction). Raises ValueError on a bad slug, ``calls`` < 1 or ``days`` < 1, or a
+    database other than PostgreSQL. ``say`` receives progress lines."""
     if connection.vendor != "postgresql":
         raise ValueError("seed_scale needs PostgreSQL")
     if calls < 1 or days < 1:
@@ -582,6 +583,10 @@ def seed_scale(
     say(f"  rollups: {rows} rows")
     from reviews.models import ReviewAudit, ReviewItem
 
+    # as autovacuum would after a bulk load (PostgreSQL 13+ vacuums after inserts too): the
+    # statistics, and the visibility map that lets index-only scans skip the rows; only
+    # ANALYZE inside a transaction (tests), where VACUUM cannot run
+    command = "ANALYZE" if connection.in_atomic_block else "VACUUM (ANALYZE)"
     with connection.cursor() as cur:
         for model in (
             ToolCall,
@@ -592,7 +597,7 @@ def seed_scale(
             RollupCube,
             RequestBudget,
         ):
-            cur.execute(f"ANALYZE {model._meta.db_table}")
+            cur.execute(f"{command} {model._meta.db_table}")
     return SeedResult(
         project=project,
         calls=ToolCall.objects.filter(project=project).count() - before,
