@@ -396,6 +396,15 @@ class CallEvent(models.Model):
         return f"{self.kind} {self.event_id}"
 
 
+def _project_key(json_key: str) -> Concat:
+    """``"<project ID>:<the body's json_key>"``, the expression of ``InboxEvent``'s keys."""
+    return Concat(
+        Cast("project_id", models.TextField()),
+        Value(":", output_field=models.TextField()),
+        KT(f"body__{json_key}"),
+    )
+
+
 class InboxEvent(models.Model):
     """An event ``POST /api/v1/events`` accepted and stored, waiting to be applied.
 
@@ -461,20 +470,12 @@ class InboxEvent(models.Model):
     # column each, the project inside, so that no index offers the planner a scan of "the
     # project's pending rows" to pick when its statistics say there are few.
     request_key = models.GeneratedField(
-        expression=Concat(
-            Cast("project_id", models.TextField()),
-            Value(":", output_field=models.TextField()),
-            KT("body__request_id"),
-        ),
+        expression=_project_key("request_id"),
         output_field=models.TextField(null=True),
         db_persist=True,
     )
     operation_key = models.GeneratedField(
-        expression=Concat(
-            Cast("project_id", models.TextField()),
-            Value(":", output_field=models.TextField()),
-            KT("body__operation_id"),
-        ),
+        expression=_project_key("operation_id"),
         output_field=models.TextField(null=True),
         db_persist=True,
     )
