@@ -37,6 +37,7 @@ from django.utils import timezone
 from callgate import classification as cls
 from callgate import escalation, lifecycle
 from callgate.celery import enqueue_on_commit
+from callgate.metrics import hour_floor
 from callgate.models import (
     Agent,
     AgentTool,
@@ -48,7 +49,7 @@ from callgate.models import (
     ToolContract,
 )
 from callgate.prometheus import VERDICTS
-from callgate.reports.rollups import buckets_touch, hour_floor
+from callgate.reports.rollups import buckets_touch
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,

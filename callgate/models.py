@@ -559,7 +559,31 @@ class RequestBudget(models.Model):
         return f"{self.request_id}/{self.tool_name}: {self.reasks_used}"
 
 
-class CallRollup(models.Model):
+class RollupMeasures(models.Model):
+    """The counts a rollup cell holds, ``CallRollup`` and ``RollupCube`` alike."""
+
+    calls = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    duplicates_suppressed = models.PositiveIntegerField(default=0)
+    calls_attempts_0 = models.PositiveIntegerField(default=0)
+    calls_attempts_1 = models.PositiveIntegerField(default=0)
+    calls_attempts_2 = models.PositiveIntegerField(default=0)
+    calls_attempts_3 = models.PositiveIntegerField(default=0)
+    calls_attempts_4 = models.PositiveIntegerField(default=0)
+    calls_attempts_5_plus = models.PositiveIntegerField(default=0)
+    unknown_calls = models.PositiveIntegerField(default=0)
+    unknown_decided = models.PositiveIntegerField(default=0)
+    unknown_open = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+#: The names of those counts.
+ROLLUP_MEASURES = tuple(f.name for f in RollupMeasures._meta.fields)
+
+
+class CallRollup(RollupMeasures):
     """Pre-aggregated call counts per project, hour, tool, contract version, agent, reason
     and route: what the reports read. Maintained by ``callgate.reports.rollups``; equal to a
     direct count over ``ToolCall`` grouped the same way (by the call's creation hour and
@@ -581,18 +605,6 @@ class CallRollup(models.Model):
     reason = models.CharField(max_length=32, blank=True)
     category = models.CharField(max_length=20, blank=True)
     route = models.CharField(max_length=20, blank=True)
-    calls = models.PositiveIntegerField(default=0)
-    attempts = models.PositiveIntegerField(default=0)
-    duplicates_suppressed = models.PositiveIntegerField(default=0)
-    calls_attempts_0 = models.PositiveIntegerField(default=0)
-    calls_attempts_1 = models.PositiveIntegerField(default=0)
-    calls_attempts_2 = models.PositiveIntegerField(default=0)
-    calls_attempts_3 = models.PositiveIntegerField(default=0)
-    calls_attempts_4 = models.PositiveIntegerField(default=0)
-    calls_attempts_5_plus = models.PositiveIntegerField(default=0)
-    unknown_calls = models.PositiveIntegerField(default=0)
-    unknown_decided = models.PositiveIntegerField(default=0)
-    unknown_open = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -611,24 +623,7 @@ class CallRollup(models.Model):
         return f"{self.bucket:%Y-%m-%d %H}h {self.tool_name} {self.reason}: {self.calls}"
 
 
-#: The counts a rollup cell holds (``CallRollup`` and ``RollupCube`` alike).
-ROLLUP_MEASURES = (
-    "calls",
-    "attempts",
-    "duplicates_suppressed",
-    "calls_attempts_0",
-    "calls_attempts_1",
-    "calls_attempts_2",
-    "calls_attempts_3",
-    "calls_attempts_4",
-    "calls_attempts_5_plus",
-    "unknown_calls",
-    "unknown_decided",
-    "unknown_open",
-)
-
-
-class RollupCube(models.Model):
+class RollupCube(RollupMeasures):
     """``CallRollup`` summed to fewer dimensions, by hour, UTC day and UTC month: what a
     report reads so that a 30-day report reads about 30 days × (tools or agents or reasons) rows,
     whatever the number of calls (the hourly cells of every tool × agent × reason grow with
@@ -670,18 +665,6 @@ class RollupCube(models.Model):
     reason = models.CharField(max_length=32, blank=True)
     category = models.CharField(max_length=20, blank=True)
     route = models.CharField(max_length=20, blank=True)
-    calls = models.PositiveIntegerField(default=0)
-    attempts = models.PositiveIntegerField(default=0)
-    duplicates_suppressed = models.PositiveIntegerField(default=0)
-    calls_attempts_0 = models.PositiveIntegerField(default=0)
-    calls_attempts_1 = models.PositiveIntegerField(default=0)
-    calls_attempts_2 = models.PositiveIntegerField(default=0)
-    calls_attempts_3 = models.PositiveIntegerField(default=0)
-    calls_attempts_4 = models.PositiveIntegerField(default=0)
-    calls_attempts_5_plus = models.PositiveIntegerField(default=0)
-    unknown_calls = models.PositiveIntegerField(default=0)
-    unknown_decided = models.PositiveIntegerField(default=0)
-    unknown_open = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [

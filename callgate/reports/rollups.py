@@ -62,6 +62,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
+from callgate.metrics import hour_floor
 from callgate.models import (
     ROLLUP_MEASURES,
     CallEvent,
@@ -79,11 +80,6 @@ WATERMARK_KEY = "callgate:rollups:watermark"
 REBUILT_KEY = "callgate:rollups:rebuilt"
 
 Bucket = tuple[int, datetime]  # (project_id, start of the UTC hour)
-
-
-def hour_floor(moment: datetime) -> datetime:
-    """The start of the UTC hour ``moment`` falls in (aware, UTC)."""
-    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
 def day_floor(moment: datetime) -> datetime:

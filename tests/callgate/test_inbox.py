@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from callgate import inbox, ingest, tasks
 from callgate.inbox import event_answer, events_receive, inbox_drain
+from callgate.metrics import hour_floor
 from callgate.models import (
     Agent,
     CallEvent,
@@ -25,7 +26,6 @@ from callgate.models import (
     RollupDirtyBucket,
     ToolCall,
 )
-from callgate.reports.rollups import hour_floor
 from tests.factories import (
     FOLLOW_UP,
     WEATHER,
