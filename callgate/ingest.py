@@ -17,6 +17,7 @@ tasks are enqueued on commit, never before.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -27,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import psycopg
 from django.db import IntegrityError, connection, models, transaction
@@ -76,6 +77,8 @@ from callgate_sdk.wire import canonical_arguments, cut_texts, derive_operation_i
 
 S = ToolCall.State
 logger = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=models.Model)
 
 
 def retry_after(contract: ToolContract | None, attempts: int) -> float:
@@ -382,32 +385,16 @@ class _Batch:
             elif event.request_id and event.call_id:
                 pairs.add((event.request_id, event.call_id))
         # One query: calls named by operation ID, or by (request ID, call ID); the pairs are
-        # matched by two IN lists and re-checked here (a cross product is harmless). In
-        # creation order: a call ID reused within a turn names its first call.
-        query = Q(operation_id__in=op_ids)
-        if pairs:
-            query |= Q(request_id__in={r for r, _ in pairs}, call_id__in={c for _, c in pairs})
+        # matched by two lists and re-checked here (a cross product is harmless). In creation
+        # order: a call ID reused within a turn names its first call.
         if op_ids or pairs:
-            rows = (
-                ToolCall.objects.select_for_update(of=("self",))
-                .select_related("contract")
-                .filter(query, project=self.project)
-                .order_by("pk")
-            )
-            for call in rows:
+            for call in _calls_locked(self.project, op_ids, pairs):
                 if call.operation_id in op_ids or (call.request_id, call.call_id) in pairs:
                     self._remember(call)
                     if call.request_id and call.tool_name:
                         budget_keys.add((call.request_id, call.tool_name))
-        if (
-            budget_keys
-        ):  # two IN lists, pairs re-checked here (an OR per pair is too deep for SQLite)
-            budgets = RequestBudget.objects.filter(
-                project=self.project,
-                request_id__in={r for r, _ in budget_keys},
-                tool_name__in={t for _, t in budget_keys},
-            )
-            for budget in budgets:
+        if budget_keys:  # two lists, pairs re-checked here (an OR per pair is too deep for SQLite)
+            for budget in _budgets(self.project, budget_keys):
                 if (budget.request_id, budget.tool_name) in budget_keys:
                     self.budget_rows[(budget.request_id, budget.tool_name)] = budget
         return seen
@@ -1164,6 +1151,105 @@ def bound_cursor():
     )
 
 
+def _calls_locked(
+    project: Project, op_ids: set[str], pairs: set[tuple[str, str]]
+) -> list[ToolCall]:
+    """The project's calls whose operation ID is in ``op_ids`` or whose request ID and call ID
+    are among those of ``pairs`` (a cross product: the caller re-checks), with their
+    contract, locked ``FOR UPDATE``, in ``id`` order.
+
+    PostgreSQL: one statement whose text never changes (lists as arrays), sent through
+    ``bound_cursor``, so it is parsed and planned once per connection, and rows made into
+    models without the ORM's compiler (about 0.4 ms of the gate's time each check).
+    Elsewhere: the ORM."""
+    if connection.vendor != "postgresql":
+        query = Q(operation_id__in=op_ids)
+        if pairs:
+            query |= Q(request_id__in={r for r, _ in pairs}, call_id__in={c for _, c in pairs})
+        return list(
+            ToolCall.objects.select_for_update(of=("self",))
+            .select_related("contract")
+            .filter(query, project=project)
+            .order_by("pk")
+        )
+    with bound_cursor() as cursor:
+        cursor.execute(
+            _CALLS_LOCKED,
+            [
+                project.pk,
+                sorted(op_ids),
+                sorted({r for r, _ in pairs}),
+                sorted({c for _, c in pairs}),
+            ],
+        )
+        rows = cursor.fetchall()
+    width = len(ToolCall._meta.concrete_fields)
+    calls = models_from_rows(ToolCall, [row[:width] for row in rows])
+    contracts = models_from_rows(ToolContract, [row[width:] for row in rows])
+    contract_field = ToolCall._meta.get_field("contract")
+    for call, contract in zip(calls, contracts, strict=True):
+        contract_field.set_cached_value(call, contract if contract.pk is not None else None)
+    return calls
+
+
+def _budgets(project: Project, keys: set[tuple[str, str]]) -> list[RequestBudget]:
+    """The project's re-ask budgets whose request ID and tool name are among those of ``keys``
+    (a cross product: the caller re-checks). PostgreSQL: as ``_calls_locked``."""
+    requests, tools = sorted({r for r, _ in keys}), sorted({t for _, t in keys})
+    if connection.vendor != "postgresql":
+        return list(
+            RequestBudget.objects.filter(
+                project=project, request_id__in=requests, tool_name__in=tools
+            )
+        )
+    with bound_cursor() as cursor:
+        cursor.execute(_BUDGETS, [project.pk, requests, tools])
+        return models_from_rows(RequestBudget, cursor.fetchall())
+
+
+def _select_list(model: type[models.Model], alias: str) -> str:
+    return ", ".join(f'{alias}."{f.column}"' for f in model._meta.concrete_fields)
+
+
+_CALLS_LOCKED = (
+    f"SELECT {_select_list(ToolCall, 'c')}, {_select_list(ToolContract, 'k')} "
+    f'FROM "{ToolCall._meta.db_table}" c LEFT JOIN "{ToolContract._meta.db_table}" k '
+    'ON k."id" = c."contract_id" '
+    'WHERE c."project_id" = %s AND (c."operation_id" = ANY(%s::text[]) '
+    'OR (c."request_id" = ANY(%s::text[]) AND c."call_id" = ANY(%s::text[]))) '
+    'ORDER BY c."id" FOR UPDATE OF c'
+)
+_BUDGETS = (
+    f"SELECT {_select_list(RequestBudget, 'b')} "
+    f'FROM "{RequestBudget._meta.db_table}" b WHERE b."project_id" = %s '
+    'AND b."request_id" = ANY(%s::text[]) AND b."tool_name" = ANY(%s::text[])'
+)
+
+
+def models_from_rows(model: type[M], rows: list[tuple]) -> list[M]:
+    """Instances of ``model`` from rows holding every concrete field's column, in the
+    model's field order (``SELECT`` lists built from ``_meta.concrete_fields``), as the ORM
+    makes them: each field's database converters (JSON decoded), then ``Model.from_db``."""
+    names, converters = _row_converters(model)
+    out = []
+    for row in rows:
+        values = list(row)
+        for index, column, convert in converters:
+            values[index] = convert(values[index], column, connection)
+        out.append(model.from_db(connection.alias, names, values))
+    return out
+
+
+@functools.cache
+def _row_converters(model: type[models.Model]) -> tuple[list[str], list[tuple[int, Any, Any]]]:
+    fields = model._meta.concrete_fields
+    return [f.attname for f in fields], [
+        (index, f.cached_col, convert)
+        for index, f in enumerate(fields)
+        for convert in f.get_db_converters(connection)
+    ]
+
+
 def batch_write(
     *,
     new_calls: list[ToolCall],
@@ -1316,23 +1402,33 @@ def _unnest(
     for the timestamps of new rows; the field types of the models written here), and the
     arrays;
     ``extra``: more columns, ``(name, SQL type, value of an object)``."""
-    names, types, arrays = [], [], []
-    for f in fields:
-        names.append(f'"{f.column}"')
-        types.append(f.db_type(connection) or "text")
-        kind = f.get_internal_type()
+    quoted, sql_types, kinds = _columns(tuple(fields))
+    names, types, arrays = list(quoted), list(sql_types), []
+    for f, kind in zip(fields, kinds, strict=True):
         if kind == "JSONField":  # psycopg's Jsonb wrapper, with the field's encoder
             arrays.append([f.get_db_prep_save(getattr(obj, f.attname), connection) for obj in objs])
         elif kind == "DateTimeField" and add:  # auto_now and auto_now_add
             arrays.append([f.pre_save(obj, add=True) for obj in objs])
         else:  # strings, numbers, UUIDs, aware datetimes and IDs: psycopg adapts them as they are
-            arrays.append([getattr(obj, f.attname) for obj in objs])
+            attname = f.attname
+            arrays.append([getattr(obj, attname) for obj in objs])
     for name, sql_type, value_of in extra or ():
         names.append(f'"{name}"')
         types.append(sql_type)
         arrays.append([value_of(obj) for obj in objs])
     unnest = ", ".join(f"%s::{t}[]" for t in types)
     return f"unnest({unnest}) AS v({', '.join(names)})", arrays
+
+
+@functools.cache
+def _columns(fields: tuple[Field, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The quoted columns, SQL types and internal types of ``fields`` (PostgreSQL): worked
+    out once per process (``db_type`` walks the field's class each time, about 5 µs)."""
+    return (
+        tuple(f'"{f.column}"' for f in fields),
+        tuple(f.db_type(connection) or "text" for f in fields),
+        tuple(f.get_internal_type() for f in fields),
+    )
 
 
 def events_apply(
