@@ -22,8 +22,7 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
-from django.db.models import BooleanField, F, Q, QuerySet
-from django.db.models.expressions import RawSQL
+from django.db.models import F, Q
 from django.db.models.fields.json import KT
 from django.db.models.functions import JSONObject
 from django.utils import timezone
@@ -38,6 +37,7 @@ from callgate.ingest import (
     bound_cursor,
     call_answer,
     events_apply,
+    models_from_rows,
     retry_after,
     turn_event_ids,
 )
@@ -855,20 +855,21 @@ def _applied(event_id: uuid.UUID, recorded: list[CallEvent]) -> dict:
     return found
 
 
-def _same_request_pending(
-    project: Project, event: Any, *, own: bool = True
-) -> QuerySet[InboxEvent]:
+def _same_request_locked(project: Project, event: Any, *, own: bool = True) -> list[InboxEvent]:
     """The project's inbox rows of ``event`` itself and the pending ones of its request (by
     ``request_id``, or naming one of the request's calls by operation ID) and of its
-    ``operation_id``, in arrival order (``settle_pending``, which skips the event's own row
-    unless it is pending). ``own``: whether to look for the event's own row.
+    ``operation_id``, in arrival order, locked (``settle_pending``, which skips the event's
+    own row unless it is pending). ``own``: whether to look for the event's own row. Raises
+    Django's ``OperationalError`` (from psycopg's ``LockNotAvailable``) when another
+    transaction holds one of them (PostgreSQL: ``FOR UPDATE NOWAIT``).
 
-    PostgreSQL: one statement. The IDs come from one index look-up per branch (the event
-    ID's unique index; the partial indexes of pending rows by ``request_key`` and
-    ``operation_key``, the request's operation IDs an ``ARRAY(SELECT …)`` evaluated once),
-    then the rows by primary key. No branch names the project's pending rows as such, so no
-    plan reads them, whatever the planner's statistics say of the backlog. Elsewhere: the
-    request's operation IDs first, then one query."""
+    PostgreSQL: one statement through ``ingest.bound_cursor`` (its few texts prepared once per
+    connection). The IDs come from one index look-up per branch (the event ID's unique
+    index; the partial indexes of pending rows by ``request_key`` and ``operation_key``, the
+    request's operation IDs an ``ARRAY(SELECT …)`` evaluated once), then the rows by primary
+    key. No branch names the project's pending rows as such, so no plan reads them, whatever
+    the planner's statistics say of the backlog. Elsewhere: the request's operation IDs
+    first, then one query."""
     operations = [event.operation_id] if event.operation_id else []
     if connection.vendor == "postgresql":
         table, calls = InboxEvent._meta.db_table, ToolCall._meta.db_table
@@ -891,15 +892,17 @@ def _same_request_pending(
             branches.append(pending + "operation_key = ANY(%s::text[])")
             params.append(keys)
         if not branches:
-            return InboxEvent.objects.none()
+            return []
         # an array evaluated once, then rows by primary key: no join, and no condition on
         # the status here (a partial index's full scan would serve it)
-        ids = RawSQL(
-            f"{table}.id = ANY(ARRAY({' UNION ALL '.join(branches)}))",
-            params,
-            output_field=BooleanField(),
-        )
-        return InboxEvent.objects.filter(ids).order_by("id")
+        columns = ", ".join(f'"{f.column}"' for f in InboxEvent._meta.concrete_fields)
+        with bound_cursor() as cursor:
+            cursor.execute(
+                f"SELECT {columns} FROM {table} WHERE id = ANY(ARRAY({' UNION ALL '.join(branches)})) "
+                "ORDER BY id FOR UPDATE NOWAIT",
+                params,
+            )
+            return models_from_rows(InboxEvent, cursor.fetchall())
     same = Q(event_id=event.event_id) if own else Q(pk__in=[])
     if event.request_id:
         same |= Q(request=event.request_id)
@@ -908,10 +911,11 @@ def _same_request_pending(
         ).values_list("operation_id", flat=True)
     if operations:
         same |= Q(operation__in=sorted(set(operations)))
-    return (
+    return list(
         InboxEvent.objects.alias(request=KT("body__request_id"), operation=KT("body__operation_id"))
         .filter(same, project=project, status=InboxEvent.Status.PENDING)
         .order_by("id")
+        .select_for_update()
     )
 
 
@@ -1031,9 +1035,8 @@ def settle_pending(
     and tried again; a drain and a gate check never apply a row twice, nor wait on each
     other. Found through two partial indexes on pending rows (``inboxevent_pending_request``
     / ``_operation``): the cost does not grow with the project's backlog."""
-    pending = _same_request_pending(project, event, own=not stored)
     try:
-        rows = list(pending.select_for_update(nowait=connection.vendor == "postgresql"))
+        rows = _same_request_locked(project, event, own=not stored)
     except OperationalError as exc:
         if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
             raise DrainBusy(project.pk) from exc

@@ -492,11 +492,17 @@ class GateSettleTests(TransactionTestCase):
             events=validated([e for i in range(20, 1520) for e in weather_call(i)]),
         )
         for event in validated(weather_call(7)):  # another request's event; one of req-7
-            with CaptureQueriesContext(connection) as queries, transaction.atomic():
+            sent: list[tuple[str, list]] = []
+
+            def keep(execute, sql, params, many, context, sent=sent):
+                sent.append((sql, params))
+                return execute(sql, params, many, context)
+
+            with connection.execute_wrapper(keep), transaction.atomic():
                 inbox.settle_pending(self.project, event, agent=self.agent)
-            [sql] = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]][:1]
-            with connection.cursor() as cursor:
-                cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+            [(sql, params)] = [(sql, params) for sql, params in sent if "FOR UPDATE" in sql][:1]
+            with ingest.bound_cursor() as cursor:
+                cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
                 [[plan]] = cursor.fetchall()
             scanned = _rows_read(plan[0]["Plan"])
             assert scanned < 20, (scanned, plan)
@@ -513,7 +519,7 @@ def _rows_read(node: dict) -> int:
 
 
 class BatchWriteTests(BaseTestCase):
-    """``ingest.batch_write`` (one statement of ``unnest`` CTEs on PostgreSQL, the ORM's bulk
+    """``ingest.batch_write`` (one statement of CTEs over JSON records on PostgreSQL, the ORM's bulk
     operations elsewhere) writes every field as the ORM would, NULLs, JSON and foreign keys
     included, and only the rows it is given."""
 
@@ -535,7 +541,8 @@ class BatchWriteTests(BaseTestCase):
             reason="ok",
             category="ok",
             route="proceed",
-            observation="Go ahead.",
+            observation='Go "ahead" \\ ✓\nnow',
+            receipt="a receipt that is a JSON string",
             created_at=now - timedelta(hours=3),
             updated_at=now,
         )
