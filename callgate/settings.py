@@ -182,6 +182,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
     }
+else:
+    # PostgreSQL: psycopg prepares a statement sent with its parameters apart (the ingest hot
+    # path's ``bound_cursor``) once it has run this often on a connection, so its plan is
+    # reused; 0 turns preparing off (a pooler in transaction mode that cannot keep them).
+    # Django's default cursor quotes parameters into the text and is never prepared.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+        env_int("DATABASE_PREPARE_THRESHOLD", 5) or None
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

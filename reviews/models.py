@@ -99,9 +99,10 @@ class ReviewItem(models.Model):
             ),
         ]
         indexes = [
-            # queue page: open items by priority, then age
+            # queue page and "next item": open items in queue order (the keyset's ID included,
+            # or the planner prefers reviewitem_queue_order and filters out the closed items)
             models.Index(
-                fields=["project", "priority", "created_at"],
+                fields=["project", "priority", "created_at", "id"],
                 name="reviewitem_open_queue",
                 condition=models.Q(status__in=["open", "claimed"]),
             ),

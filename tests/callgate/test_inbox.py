@@ -571,6 +571,7 @@ class BatchWriteTests(BaseTestCase):
         )
         assert new.pk is not None and all(e.pk is not None for e in events)
         assert [e.call_id for e in events] == [new.pk, existing.pk, new.pk]
+        assert [e.pk for e in events] == sorted(e.pk for e in events)  # a timeline is ID order
         for model, rows in ((ToolCall, [new]), (CallEvent, events)):
             for row in rows:
                 stored = model.objects.get(pk=row.pk)

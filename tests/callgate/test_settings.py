@@ -168,6 +168,26 @@ class SettingsStartupTests(SimpleTestCase):
         assert result.returncode != 0
         assert "SECRET_KEY is required when DEBUG is off" in result.stderr
 
+    def test_postgresql_statements_of_the_ingest_path_are_prepared_unless_turned_off(self):
+        show = (
+            "from django.conf import settings; "
+            "print(settings.DATABASES['default']['OPTIONS'].get('prepare_threshold'))"
+        )
+        url = "postgres://postgres@127.0.0.1:5432/callgate"
+        for raw, printed in (("", "5"), ("2", "2"), ("0", "None")):
+            result = _manage(
+                "shell", "-c", show, DEBUG="true", DATABASE_URL=url, DATABASE_PREPARE_THRESHOLD=raw
+            )
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.strip().splitlines()[-1] == printed, (raw, result.stdout)
+        result = _manage(
+            "check", DEBUG="true", DATABASE_URL=url, DATABASE_PREPARE_THRESHOLD="often"
+        )
+        assert result.returncode != 0
+        assert "DATABASE_PREPARE_THRESHOLD must be an integer, got 'often'" in result.stderr
+        sqlite = _manage("shell", "-c", show, DEBUG="true", DATABASE_URL="sqlite:///:memory:")
+        assert sqlite.stdout.strip().splitlines()[-1] == "None", sqlite.stdout
+
     def test_it_passes_the_deploy_checks_but_for_tls_only_items(self):
         result = _manage(
             "check",

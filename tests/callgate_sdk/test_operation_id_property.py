@@ -123,7 +123,11 @@ class OperationIdPropertyTests(TestCase):
     def test_so_it_does_without_the_contracts_volatile_arguments(
         self, tool, args, request_id, data
     ):
-        keys = data.draw(st.lists(st.sampled_from(sorted(args)), unique=True, max_size=3))
+        # "-" aside: a contract may not name it (wire.pointer_problem: past an array's end)
+        usable = sorted(key for key in args if key != "-")
+        keys = (
+            data.draw(st.lists(st.sampled_from(usable), unique=True, max_size=3)) if usable else []
+        )
         pointers = ["/" + key.replace("~", "~0").replace("/", "~1") for key in keys]
         self.client_.register_tool(
             tool, parameters={"type": "object"}, effect="write", volatile_arguments=pointers
