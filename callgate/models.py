@@ -535,7 +535,8 @@ class RequestBudget(models.Model):
     budget), identical proposals by canonical-arguments digest (``max_identical``,
     ``loop_detected``) and sticky refusals by digest (TAXONOMY v2 "Sticky refusals")."""
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # no index of its own: requestbudget_unique starts with it
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
     request_id = models.CharField(max_length=200)
     tool_name = models.CharField(max_length=128)
     reasks_used = models.PositiveIntegerField(default=0)

@@ -518,6 +518,70 @@ def _rows_read(node: dict) -> int:
     return own + sum(_rows_read(child) for child in node.get("Plans", []))
 
 
+@skipUnless(connection.vendor == "postgresql", "prepared statements' generic plans")
+class BatchLookupPlanTests(BaseTestCase):
+    """The calls and budgets a batch reads are found through indexes or joins, linear in the
+    batch whatever the plan: a prepared statement's generic plan, on statistics taken while
+    the project was small, once filtered the project's calls with a linear search of a
+    500-element array per row (``= ANY($2)``: 40 ms a batch)."""
+
+    def generic_plan(self, sql: str, params: list) -> str:
+        numbered, n = "", 0
+        for piece in sql.split("%s"):
+            numbered += piece + (f"${n + 1}" if n < len(params) else "")
+            n += 1
+        with connection.cursor() as cursor:
+            cursor.execute("SET plan_cache_mode = force_generic_plan")
+            try:
+                with transaction.atomic():
+                    with ingest.bound_cursor() as bound:
+                        bound.execute(f"PREPARE lookup AS {numbered}", [])
+                        try:
+                            literal = ", ".join(
+                                connection.ops.compose_sql("%s", [p]) for p in params
+                            )
+                            bound.execute(f"EXPLAIN ANALYZE EXECUTE lookup({literal})", [])
+                            return "\n".join(row[0] for row in bound.fetchall())
+                        finally:
+                            bound.execute("DEALLOCATE lookup", [])
+            finally:
+                cursor.execute("RESET plan_cache_mode")
+
+    def test_a_batch_of_attempts_finds_its_calls_and_budgets_without_an_array_filter(self):
+        now = timezone.now()
+        calls = [
+            make_call(project=self.project, agent=self.agent, created_at=now) for _ in range(60)
+        ]
+        for call in calls:
+            call.request_id = f"req-{call.pk}"
+        ToolCall.objects.bulk_update(calls, ["request_id"])
+        RequestBudget.objects.bulk_create(
+            RequestBudget(project=self.project, request_id=c.request_id, tool_name=c.tool_name)
+            for c in calls
+        )
+        with connection.cursor() as cursor:  # statistics of an empty project
+            cursor.execute("ANALYZE callgate_toolcall; ANALYZE callgate_requestbudget")
+        wanted = calls[::2]
+        plans = [
+            self.generic_plan(
+                ingest._CALLS_LOCKED,
+                [[c.operation_id for c in wanted], self.project.pk, ["r"], ["c"], self.project.pk],
+            ),
+            self.generic_plan(
+                ingest._BUDGETS,
+                [[c.request_id for c in wanted], [c.tool_name for c in wanted], self.project.pk],
+            ),
+        ]
+        for plan in plans:  # no row filtered by a search of an array parameter
+            assert not [
+                line for line in plan.splitlines() if "Filter" in line and "ANY ($" in line
+            ], plan
+        found = ingest._calls_locked(self.project, {c.operation_id for c in wanted}, set())
+        assert [c.pk for c in found] == sorted(c.pk for c in wanted)
+        budgets = ingest._budgets(self.project, {(c.request_id, c.tool_name) for c in wanted})
+        assert sorted(b.request_id for b in budgets) == sorted(c.request_id for c in wanted)
+
+
 class BatchWriteTests(BaseTestCase):
     """``ingest.batch_write`` (one statement of CTEs over JSON records on PostgreSQL, the ORM's bulk
     operations elsewhere) writes every field as the ORM would, NULLs, JSON and foreign keys
