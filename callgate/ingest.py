@@ -1138,7 +1138,8 @@ def bound_cursor():
     """A cursor for the ingest hot path's hand-written SQL. PostgreSQL: psycopg 3's own
     ``Cursor``, which sends parameters apart from the SQL text (server-side binding) and
     prepares a statement once it has run ``prepare_threshold`` times on the connection
-    (settings: ``DATABASE_PREPARE_THRESHOLD``, 5; its plan is then reused), inside Django's
+    (settings: ``DATABASE_PREPARE_THRESHOLD``, 5; its generic plan is then reused, never
+    replanned for the values: ``plan_cache_mode=force_generic_plan``), inside Django's
     wrapper (its execute wrappers see it as any query; its query log, when on, shows the text
     with the parameters apart). Django's default cursor quotes parameters into the text,
     which costs about 4 of 45 µs per event for the inbox insert (the batch's JSON document

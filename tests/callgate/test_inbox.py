@@ -576,6 +576,9 @@ class BatchLookupPlanTests(BaseTestCase):
             assert not [
                 line for line in plan.splitlines() if "Filter" in line and "ANY ($" in line
             ], plan
+        with connection.cursor() as cursor:  # and the generic plan is the one they run
+            cursor.execute("SHOW plan_cache_mode")
+            assert cursor.fetchone()[0] == "force_generic_plan"
         found = ingest._calls_locked(self.project, {c.operation_id for c in wanted}, set())
         assert [c.pk for c in found] == sorted(c.pk for c in wanted)
         budgets = ingest._budgets(self.project, {(c.request_id, c.tool_name) for c in wanted})

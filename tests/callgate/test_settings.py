@@ -171,10 +171,12 @@ class SettingsStartupTests(SimpleTestCase):
     def test_postgresql_statements_of_the_ingest_path_are_prepared_unless_turned_off(self):
         show = (
             "from django.conf import settings; "
-            "print(settings.DATABASES['default']['OPTIONS'].get('prepare_threshold'))"
+            "options = settings.DATABASES['default']['OPTIONS']; "
+            "print(options.get('prepare_threshold'), repr(options.get('options')))"
         )
         url = "postgres://postgres@127.0.0.1:5432/callgate"
-        for raw, printed in (("", "5"), ("2", "2"), ("0", "None")):
+        generic = "'-c plan_cache_mode=force_generic_plan'"
+        for raw, printed in (("", f"5 {generic}"), ("2", f"2 {generic}"), ("0", "None None")):
             result = _manage(
                 "shell", "-c", show, DEBUG="true", DATABASE_URL=url, DATABASE_PREPARE_THRESHOLD=raw
             )
@@ -186,7 +188,7 @@ class SettingsStartupTests(SimpleTestCase):
         assert result.returncode != 0
         assert "DATABASE_PREPARE_THRESHOLD must be an integer, got 'often'" in result.stderr
         sqlite = _manage("shell", "-c", show, DEBUG="true", DATABASE_URL="sqlite:///:memory:")
-        assert sqlite.stdout.strip().splitlines()[-1] == "None", sqlite.stdout
+        assert sqlite.stdout.strip().splitlines()[-1] == "None None", sqlite.stdout
 
     def test_it_passes_the_deploy_checks_but_for_tls_only_items(self):
         result = _manage(
