@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from callgate.celery import enqueue_on_commit
 from callgate.models import ToolCall
+from callgate.reports.review_rollups import Closed, review_rollups_add
 from reviews.models import ReviewAudit, ReviewItem, WebhookOutbox
 
 #: Lower is more urgent: unknown outcomes of writes and approvals first.
@@ -175,7 +176,7 @@ def review_items_settle_bulk(*, calls: list[ToolCall], note_by_call: dict[int, s
         items = list(
             ReviewItem.objects.select_for_update()
             .filter(call_id__in=by_pk, status__in=ReviewItem.OPEN_STATUSES)
-            .only("pk", "project_id", "call_id", "status")
+            .only("pk", "project_id", "call_id", "status", "tool_name", "agent", "created_at")
         )
         groups: dict[tuple[str, str], list[int]] = {}
         for item in items:
@@ -196,6 +197,11 @@ def review_items_settle_bulk(*, calls: list[ToolCall], note_by_call: dict[int, s
                 assignee=None,
                 lease_expires_at=None,
             )
+        review_rollups_add(
+            Closed.of(i, status=status, resolution=status, at=now)
+            for i in items
+            for status in [_settled_status(by_pk[i.call_id])]
+        )
         for item in items:  # an expired approval: tell the agent, as review_items_expire does
             if _settled_status(by_pk[item.call_id]) == ReviewItem.Status.EXPIRED:
                 webhook_outbox_add(item=item, call=by_pk[item.call_id])

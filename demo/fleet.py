@@ -1315,6 +1315,7 @@ def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:
     from django.utils import timezone
 
     from callgate.models import CallEvent, ToolCall
+    from callgate.reports.review_rollups import review_rollups_rebuild
     from callgate.reports.rollups import rollups_rebuild
     from reviews.models import ReviewAudit, ReviewItem
 
@@ -1353,6 +1354,7 @@ def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:
                 created_at=F("created_at") - shift
             )
     rollups_rebuild(project_id=project.pk)
+    review_rollups_rebuild(project_id=project.pk)
 
 
 def agent_tool_sets(agent_names: list[str]) -> dict[str, tuple[str, ...]]:

@@ -147,14 +147,15 @@ class Incidents:
 
 def demo_reset(*, project: Project) -> int:
     """Delete the project's calls and everything derived from them (events, review items,
-    rollups, inbox rows, re-ask budgets) and the API keys earlier demo runs issued (named
-    "demo"). Contracts and agents stay. Returns the number of calls removed."""
+    rollups, review rollups, inbox rows, re-ask budgets) and the API keys earlier demo runs
+    issued (named "demo"). Contracts and agents stay. Returns the number of calls removed."""
     with transaction.atomic():
         n = ToolCall.objects.filter(project=project).count()
         CallEvent.objects.filter(project=project).delete()
-        from reviews.models import ReviewItem
+        from reviews.models import ReviewItem, ReviewRollup
 
         ReviewItem.objects.filter(project=project).delete()
+        ReviewRollup.objects.filter(project=project).delete()
         ToolCall.objects.filter(project=project).delete()
         CallRollup.objects.filter(project=project).delete()
         RollupCube.objects.filter(project=project).delete()
@@ -262,6 +263,7 @@ def history_seed(
     created. Returns counts. Call ``demo_reset`` first to avoid piling up histories."""
     from django.contrib.auth import get_user_model
 
+    from callgate.reports.review_rollups import review_rollups_rebuild
     from callgate.reports.rollups import rollups_rebuild
     from reviews.models import ReviewAudit, ReviewItem
 
@@ -335,6 +337,7 @@ def history_seed(
     result.calls = len(calls)
     result.review_items = len(items)
     rollups_rebuild(project_id=project.pk)
+    review_rollups_rebuild(project_id=project.pk)
     return result
 
 

@@ -581,7 +581,10 @@ def seed_scale(
         scratch.delete()
     rows = rollups_rewrite(project=project)
     say(f"  rollups: {rows} rows")
-    from reviews.models import ReviewAudit, ReviewItem
+    from callgate.reports.review_rollups import review_rollups_rebuild
+    from reviews.models import ReviewAudit, ReviewItem, ReviewRollup
+
+    say(f"  review rollups: {review_rollups_rebuild(project_id=project.pk)} rows")
 
     # as autovacuum would after a bulk load (PostgreSQL 13+ vacuums after inserts too): the
     # statistics, and the visibility map that lets index-only scans skip the rows; only
@@ -593,6 +596,7 @@ def seed_scale(
             CallEvent,
             ReviewItem,
             ReviewAudit,
+            ReviewRollup,
             CallRollup,
             RollupCube,
             RequestBudget,

@@ -3,6 +3,8 @@
 - ``ReviewItem``: one call a human must look at (status open → claimed → resolved /
   expired / settled). State changes happen only in ``reviews.services`` as
   compare-and-swap UPDATEs.
+- ``ReviewRollup``: closed items counted per hour and day of closing, how they closed and
+  how long a human took (log-scale buckets): what the review-health report reads.
 - ``ReviewAudit``: append-only trail of everything done to an item (who, what, when,
   state before and after, reason). Comments are audit rows with ``action="comment"``.
 - ``WebhookOutbox``: one decision to deliver, written in the decision's transaction.
@@ -172,6 +174,74 @@ class ReviewItem(models.Model):
     def current_assignee_id(self, now=None) -> int | None:
         """The assignee while the lease holds; None for open or lapsed items."""
         return self.assignee_id if self.lease_active(now) else None
+
+
+class ReviewRollup(models.Model):
+    """Closed review items counted per project, UTC hour or day of closing (``resolved_at``),
+    status and resolution, and, for a human's decision (status ``resolved``), the time from
+    the item's opening to it in log-scale buckets (``callgate.reports.review_rollups.decision_bucket``): what
+    the review-health report reads, so that its cost does not grow with the queue's history.
+
+    ``dims`` says which of the item's tool and agent a row keeps: ``total`` neither,
+    ``tool``, ``agent``, ``tool_agent`` both (a column not kept holds "" or 0, as does an
+    item without a tool or an agent). Every closed item is counted once per grain and dims.
+
+    An item closes once (no way leads from resolved, expired or settled back to open), so
+    the rows are kept by adding: every writer that closes items calls
+    ``callgate.reports.review_rollups.review_rollups_add`` in the closing transaction.
+    ``review_rollups_rebuild`` recomputes a project's rows from its items (after a bulk
+    load, an upgrade, a purge: ``manage.py backfill_rollups``)."""
+
+    class Grain(models.TextChoices):
+        HOUR = "hour", "Hour"
+        DAY = "day", "Day"
+
+    class Dims(models.TextChoices):
+        TOTAL = "total", "Total"
+        TOOL = "tool", "Per tool"
+        AGENT = "agent", "Per agent"
+        TOOL_AGENT = "tool_agent", "Per tool and agent"
+
+    # no index of its own: the unique constraint starts with it
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    dims = models.CharField(max_length=10, choices=Dims.choices)
+    tool_name = models.CharField(max_length=128, blank=True, default="")
+    agent_id = models.BigIntegerField(default=0, help_text="The agent's ID; 0: none or not kept.")
+    grain = models.CharField(max_length=4, choices=Grain.choices)
+    bucket = models.DateTimeField(help_text="Start of the UTC hour or day the items closed in.")
+    status = models.CharField(max_length=12)
+    resolution = models.CharField(max_length=20, blank=True)
+    decision_bucket = models.SmallIntegerField(
+        default=0,
+        help_text=(
+            "0: not a human's decision; k >= 1: it took 2**((k-1)/8) to 2**(k/8) seconds "
+            "(the first bucket from 0)."
+        ),
+    )
+    items = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # the cell a closed item is added to; its column order serves the report's read
+            # (project, dims, tool, agent, then a range of each grain's buckets)
+            models.UniqueConstraint(
+                fields=[
+                    "project",
+                    "dims",
+                    "tool_name",
+                    "agent_id",
+                    "grain",
+                    "bucket",
+                    "status",
+                    "resolution",
+                    "decision_bucket",
+                ],
+                name="reviewrollup_cell",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.items} {self.status} {self.grain} {self.bucket:%Y-%m-%d %H:00}"
 
 
 class AuditQuerySet(models.QuerySet):

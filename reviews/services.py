@@ -28,6 +28,7 @@ from callgate.escalation import review_audit, webhook_outbox_add
 from callgate.lifecycle import IllegalTransition
 from callgate.models import Membership, ToolCall, ToolContract
 from callgate.prometheus import WEBHOOK_ATTEMPTS
+from callgate.reports.review_rollups import Closed, review_rollups_add
 from reviews.models import ReviewAudit, ReviewItem, WebhookOutbox
 from reviews.selectors import absent_reconciliations
 
@@ -383,6 +384,13 @@ def review_items_expire(*, now=None) -> int:
                 )
                 if not won:
                     continue
+                review_rollups_add(
+                    [
+                        Closed.of(
+                            item, status=ReviewItem.Status.EXPIRED, resolution="expired", at=now
+                        )
+                    ]
+                )
                 call_before = item.call.state
                 call = core_services.call_approval_expired(call=item.call)
                 review_audit(
@@ -561,6 +569,9 @@ def review_item_decide(
             )
             if not won:
                 raise _conflict(item, user, decision.replace("_", " "))
+            review_rollups_add(
+                [Closed.of(item, status=ReviewItem.Status.RESOLVED, resolution=decision, at=now)]
+            )
             call = ToolCall.objects.select_for_update().get(pk=item.call_id)
             call_before = call.state
             call = core_services.call_apply_decision(

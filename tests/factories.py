@@ -19,6 +19,7 @@ from django.test import TestCase
 
 from callgate.auth import api_key_issue
 from callgate.models import Agent, CallRollup, Membership, Project, ToolCall, ToolContract
+from callgate.reports.review_rollups import Closed, review_rollups_add
 from callgate.schemas import EVENT_ADAPTER
 from callgate.taxonomy import TABLE, Reason
 from reviews.models import ReviewItem
@@ -184,9 +185,14 @@ def review_item(call: ToolCall, **fields) -> ReviewItem:
 
 def make_review_item(call: ToolCall, **fields) -> ReviewItem:
     """A saved ``review_item`` (fixtures that need an item in a given state, with no
-    escalation behind it)."""
+    escalation behind it). A closed one (with ``resolved_at``) is counted in the review
+    rollups, as every writer that closes an item does."""
     item = review_item(call, **fields)
     item.save()
+    if not item.is_open and item.resolved_at is not None:
+        review_rollups_add(
+            [Closed.of(item, status=item.status, resolution=item.resolution, at=item.resolved_at)]
+        )
     return item
 
 

@@ -272,7 +272,7 @@ _COARSEST = {
 }
 
 
-def _range_q(since: datetime | None, until: datetime | None, *, period: str | None) -> Q:
+def rollup_range_q(since: datetime | None, until: datetime | None, *, period: str | None) -> Q:
     """The cube rows covering ``[since, until)`` (whole UTC hours; None: unbounded) once
     each: month rows for the whole months, day rows for the whole days left at either end,
     hour rows for the rest; never coarser than ``_COARSEST[period]``."""
@@ -346,7 +346,7 @@ def rollup_rows(
             else RollupCube.Dims.TOTAL
         )
         qs = RollupCube.objects.filter(project_id=project_id, dims=dims).filter(
-            _range_q(since, until, period=period)
+            rollup_range_q(since, until, period=period)
         )
     if tool is not None:
         qs = qs.filter(tool_name=tool)

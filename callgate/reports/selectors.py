@@ -15,15 +15,13 @@ optional ``tool`` / ``agent_id``. Nothing here crosses projects.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TypedDict
 
 from django.apps import apps
-from django.db import connection
-from django.db.models import Aggregate, Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
@@ -652,14 +650,6 @@ def report_contracts(*, project: Project, f: ReportFilters) -> dict:
     return {"rows": rows}
 
 
-def _percentile(sorted_values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile of an ascending list (None when empty)."""
-    if not sorted_values:
-        return None
-    rank = max(1, math.ceil(q * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
 AGE_BUCKETS = [
     ("under_15m", "< 15 min", timedelta(minutes=15)),
     ("15m_1h", "15 min – 1 h", timedelta(hours=1)),
@@ -672,8 +662,11 @@ AGE_BUCKETS = [
 def report_review(*, project: Project, f: ReportFilters, now: datetime | None = None) -> dict:
     """Health of the review queue. Open items by age (now, whatever the range), time from an
     item's opening to a human's decision (items resolved in the range, in seconds: median and
-    p90, None without any), decisions by type (including items settled by a later event or
-    expired) and overrides (approvals that skipped the reconciliation guard).
+    p90 by nearest rank over log-scale buckets, within 4.4 % of the exact value; None
+    without any), decisions by type (including items settled by a later event or expired)
+    and overrides (approvals that skipped the reconciliation guard). The closed items are
+    counted from ``ReviewRollup`` (``callgate.reports.review_rollups``: kept in the closing transaction, so
+    exact at once), the open ones over their partial index.
     Returns ``{"available": bool, "open_total", "open_by_age": [{"bucket", "label", "items"}],
     "decided": int (closed in the range), "human_decided": int (of those, decided by a human),
     "median_seconds", "p90_seconds", "decisions": [{"resolution", "items"}],
@@ -694,6 +687,8 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
         ReviewItem = apps.get_model("reviews", "ReviewItem")
     except LookupError:
         return empty
+    from callgate.reports import review_rollups
+
     now = now or timezone.now()
     items = ReviewItem.objects.filter(project=project)
     if f.tool:
@@ -712,18 +707,20 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
         lower = upper or lower
     ages = open_items.aggregate(total=Count("id"), **ranges)
     by_age = [{"bucket": key, "label": label, "items": ages[key]} for key, label, _ in AGE_BUCKETS]
-    decided = items.filter(resolved_at__gte=f.since, resolved_at__lt=f.until).exclude(
-        status__in=["open", "claimed"]
-    )
+    by_resolution: dict[str, int] = {}
     # time to decision counts human decisions only: an item settled by a later event or an
     # approval that ran out closes with no one deciding (often at once, which read as "0 s")
-    human = _decision_times(decided.filter(status="resolved"))
+    human: dict[int, int] = {}
+    for status, resolution, bucket, n in review_rollups.decided_cells(
+        project_id=project.pk, since=f.since, until=f.until, tool=f.tool, agent_id=f.agent_id
+    ):
+        by_resolution[resolution] = by_resolution.get(resolution, 0) + n
+        if status == ReviewItem.Status.RESOLVED:
+            human[bucket] = human.get(bucket, 0) + n
     decisions = [
         {"resolution": r or "none", "items": n}
-        for r, n in decided.values("resolution")
-        .annotate(n=Count("id"))
-        .values_list("resolution", "n")
-        .order_by("-n", "resolution")
+        for r, n in sorted(by_resolution.items(), key=lambda rn: (-rn[1], rn[0]))
+        if n
     ]
     overrides = None
     try:
@@ -749,47 +746,11 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
         "open_total": ages["total"],
         "open_by_age": by_age,
         "decided": sum(d["items"] for d in decisions),
-        "human_decided": human["n"],
-        "median_seconds": human["median"],
-        "p90_seconds": human["p90"],
+        "human_decided": sum(human.values()),
+        "median_seconds": review_rollups.histogram_percentile(human, 0.5),
+        "p90_seconds": review_rollups.histogram_percentile(human, 0.9),
         "decisions": decisions,
         "overrides": overrides,
-    }
-
-
-class _PercentileDisc(Aggregate):
-    """PostgreSQL's ``percentile_disc(q) WITHIN GROUP (ORDER BY expr)``: the nearest-rank
-    percentile (``_percentile``'s definition)."""
-
-    template = "percentile_disc(%(q)s) WITHIN GROUP (ORDER BY %(expressions)s)"
-    output_field = DurationField()
-
-    def __init__(self, expression, q: float):
-        super().__init__(expression, q=float(q))
-
-
-def _decision_times(items) -> dict:
-    """``{"n", "median", "p90"}`` of ``items``' times from opening to decision (seconds;
-    None without items), nearest rank. In the database on PostgreSQL (one aggregate, no
-    rows fetched); elsewhere over the fetched durations."""
-    took = ExpressionWrapper(F("resolved_at") - F("created_at"), output_field=DurationField())
-    if connection.vendor == "postgresql":
-        agg = items.aggregate(
-            n=Count("id"), median=_PercentileDisc(took, 0.5), p90=_PercentileDisc(took, 0.9)
-        )
-        return {
-            "n": agg["n"],
-            "median": agg["median"].total_seconds() if agg["median"] is not None else None,
-            "p90": agg["p90"].total_seconds() if agg["p90"] is not None else None,
-        }
-    durations = sorted(
-        (resolved - created).total_seconds()
-        for created, resolved in items.values_list("created_at", "resolved_at")
-    )
-    return {
-        "n": len(durations),
-        "median": _percentile(durations, 0.5),
-        "p90": _percentile(durations, 0.9),
     }
 
 

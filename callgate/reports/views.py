@@ -806,7 +806,12 @@ def cards_review(project, f: ReportFilters, link: Links) -> list[dict]:
             "value": duration(data["median_seconds"])["text"],
             "note": f"over {counted(data['human_decided'], 'human decision')}",
         },
-        {"label": "time to decision, p90", "value": duration(data["p90_seconds"])["text"]},
+        {
+            "label": "time to decision, p90",
+            "value": duration(data["p90_seconds"])["text"],
+            # read from log-scale buckets (callgate.reports.review_rollups)
+            "note": "median and p90 to within 5 %" if data["human_decided"] else "",
+        },
         {
             "label": plural(data["overrides"], "override"),
             "value": "—" if data["overrides"] is None else f"{data['overrides']:,}",

@@ -1,18 +1,24 @@
-"""Recompute the report rollups from the calls: after an installation, an upgrade, or a
-change made without ``updated_at``. Safe to run while the system is live (each bucket is
-recomputed atomically, serialised with the periodic refresh)."""
+"""Recompute the report rollups from the calls, and the review rollups from the closed
+review items: after an installation, an upgrade, or a change made without ``updated_at``.
+Safe to run while the system is live (each bucket is recomputed atomically, serialised with
+the periodic refresh; a project's review rollups in one transaction that holds its open
+items)."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
 from callgate.models import Project
+from callgate.reports.review_rollups import review_rollups_rebuild
 from callgate.reports.rollups import rollups_rebuild
 from callgate.timeparse import parse_time
 
 
 class Command(BaseCommand):
-    help = "Recompute CallRollup buckets from ToolCall (all projects, or one; all hours, or from --since)."
+    help = (
+        "Recompute CallRollup buckets from ToolCall (all projects, or one; all hours, or from "
+        "--since) and ReviewRollup from the closed review items (every hour)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--project", help="Project slug (default: every project).")
@@ -43,6 +49,13 @@ class Command(BaseCommand):
                 )
 
         result = rollups_rebuild(project_id=project_id, since=since_at, progress=progress)
+        projects = Project.objects.order_by("pk").values_list("pk", flat=True)
+        if project_id is not None:
+            projects = projects.filter(pk=project_id)
+        review_cells = sum(review_rollups_rebuild(project_id=pk) for pk in projects)
         self.stdout.write(
-            self.style.SUCCESS(f"Done: {result['buckets']} buckets, {result['rows']} rollup rows.")
+            self.style.SUCCESS(
+                f"Done: {result['buckets']} buckets, {result['rows']} rollup rows, "
+                f"{review_cells} review rollup rows."
+            )
         )
