@@ -13,8 +13,9 @@ every report page and every reports API over 7 and 30 days, and ``GET /api/v1/ca
 this version has it. Rounds are interleaved (round 1 of every page at every size, then
 round 2, …) so that the machine's load falls on all alike.
 
-Prints per page: p50 at each size, the ratio of the largest to the smallest, and the SQL
-statement count (from one extra load under ``CaptureQueriesContext``). Target (issue 18):
+Prints per page: p50 at each size, the ratio of the largest to the smallest, the SQL
+statement count (from one extra load under ``CaptureQueriesContext``) and the rows the
+page shows at each size (a page that shows more at the larger size renders more). Target (issue 18):
 ratio <= 1.5, queue and calls list < 150 ms at 1M calls.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import statistics
 import sys
@@ -183,7 +185,22 @@ def main() -> None:
         keys[project.pk] = api_key_issue(agent=agent).plain
         plans[project.pk] = [t for t in targets(project) if not args.only or args.only in t[0]]
 
-    def load(project: Project, target) -> int:
+    def rows_of(response) -> str:
+        """What the page shows, to read a ratio by: the table rows of an HTML page (headers
+        included), the items of a JSON answer's first list, the items a bulk action took."""
+        if response.status_code in (301, 302):
+            done = [m.message for m in response.wsgi_request._messages]
+            found = re.search(r"\d[\d,]*", done[0]) if done else None
+            return found.group().replace(",", "") if found else "-"
+        if response["Content-Type"].startswith("application/json"):
+            body = response.json()
+            lists = (
+                [v for v in body.values() if isinstance(v, list)] if isinstance(body, dict) else []
+            )
+            return str(len(lists[0])) if lists else "-"
+        return str(response.content.count(b"<tr"))
+
+    def load(project: Project, target):
         _label, method, path, data = target
         data = with_range(data)
         if method == "GET":
@@ -194,14 +211,15 @@ def main() -> None:
             response = api.get(path, data, HTTP_AUTHORIZATION=f"Bearer {keys[project.pk]}")
         if response.status_code >= 400:
             raise SystemExit(f"{target[0]} at {project.slug}: HTTP {response.status_code}")
-        return response.status_code
+        return response
 
     times: dict[tuple[str, int], list[float]] = {}
     statements: dict[tuple[str, int], int] = {}
-    for project in projects:  # warm-up and statement counts
+    shown: dict[tuple[str, int], str] = {}
+    for project in projects:  # warm-up, statement counts and rows shown
         for target in plans[project.pk]:
             with CaptureQueriesContext(connection) as queries:
-                load(project, target)
+                shown[(target[0], project.pk)] = rows_of(load(project, target))
             statements[(target[0], project.pk)] = len(queries)
     for _ in range(args.rounds):
         for index in range(len(plans[projects[0].pk])):
@@ -212,7 +230,7 @@ def main() -> None:
                 times.setdefault((target[0], project.pk), []).append(time.perf_counter() - started)
 
     head = "".join(f"{'p50 @' + f'{n:,}':>16}" for n in sizes)
-    print(f"{'page / API':<38}{head}{'ratio':>8}{'SQL':>6}")
+    print(f"{'page / API':<38}{head}{'ratio':>8}{'SQL':>8}{'rows':>10}")
     worst = 0.0
     for target in plans[projects[0].pk]:
         label = target[0]
@@ -221,8 +239,12 @@ def main() -> None:
         worst = max(worst, ratio)
         cells = "".join(f"{m * 1000:>13.1f} ms" for m in medians)
         sql = "/".join(str(statements[(label, p.pk)]) for p in projects)
-        print(f"{label:<38}{cells}{ratio:>8.2f}{sql:>6}")
+        rows = "/".join(shown[(label, p.pk)] for p in projects)
+        print(f"{label:<38}{cells}{ratio:>8.2f}{sql:>8}{rows:>10}")
     print(f"\nworst ratio {worst:.2f} (target <= 1.5); rounds {args.rounds}; {os.cpu_count()} CPUs")
+    print("rows: what each size's page shows (HTML table rows with their headers, a JSON")
+    print("answer's first list, the items a bulk action took): a page that shows more rows at")
+    print("the larger size renders more, whatever its queries cost")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from callgate.celery import enqueue_on_commit
 from callgate.models import ToolCall
-from callgate.reports.review_rollups import Closed, review_rollups_add
+from callgate.reports.tallies import Closed, review_rollups_add
 from reviews.models import ReviewAudit, ReviewItem, WebhookOutbox
 
 #: Lower is more urgent: unknown outcomes of writes and approvals first.

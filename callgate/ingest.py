@@ -46,6 +46,7 @@ from callgate.models import (
     AgentTool,
     CallEvent,
     Project,
+    RefusalRollup,
     RequestBudget,
     RollupDirtyBucket,
     ToolCall,
@@ -53,6 +54,7 @@ from callgate.models import (
 )
 from callgate.prometheus import VERDICTS
 from callgate.reports.rollups import buckets_touch
+from callgate.reports.tallies import LOCK_CLASS, refusal_counts, tally_add, tally_key_columns
 from callgate.schemas import (
     ApprovalExpiredEvent,
     AttemptEvent,
@@ -1233,6 +1235,8 @@ def _select_list(model: type[models.Model], alias: str) -> str:
     return ", ".join(f'{alias}."{f.column}"' for f in model._meta.concrete_fields)
 
 
+#: ``RefusalRollup``'s cell key columns, in ``refusal_counts``' order.
+_REFUSAL_KEY = tally_key_columns(RefusalRollup)
 _CALLS_LOCKED = (
     f"SELECT {_select_list(ToolCall, 'c')}, {_select_list(ToolContract, 'k')} "
     f'FROM "{ToolCall._meta.db_table}" c LEFT JOIN "{ToolContract._meta.db_table}" k '
@@ -1290,8 +1294,9 @@ def batch_write(
 ) -> None:
     """Write what a batch applied: insert ``new_calls`` (their ``pk`` set), write
     ``CALL_FIELDS`` of ``changed_calls`` (rows that exist), insert ``events`` (each with its
-    ``call``; their ``pk`` set), upsert the re-ask ``budgets`` and mark the rollup buckets of
-    ``touched`` (``buckets_touch``).
+    ``call``; their ``pk`` set) and add the refused proposals among them to their
+    ``RefusalRollup`` cells (``tallies.refusal_counts``), upsert the re-ask ``budgets`` and
+    mark the rollup buckets of ``touched`` (``buckets_touch``).
 
     PostgreSQL: one statement whatever the batch, data-modifying CTEs over one JSON document
     per table read back by ``jsonb_populate_recordset`` into the table's row type (``_records``;
@@ -1316,6 +1321,7 @@ def batch_write(
                 update_fields=["reasks_used", "proposals", "refusals"],
             )
         buckets_touch(touched)
+        tally_add(RefusalRollup, "proposals", refusal_counts(events))
         return
     parts: list[str] = []
     params: list[Any] = []
@@ -1383,6 +1389,22 @@ def batch_write(
             '"refusals" = EXCLUDED."refusals")'
         )
         params.append(_records(budgets, _insert_fields(RequestBudget)))
+    if refused := sorted(refusal_counts(events).items()):
+        # added to in key order (two batches lock shared cells in the same order), under the
+        # project's shared tally lock (a rebuild of its cells holds it exclusively)
+        [project_id] = {cell[0] for cell, _ in refused}  # a batch is one project's
+        table = RefusalRollup._meta.db_table
+        key = ", ".join(f'"{c}"' for c in _REFUSAL_KEY)
+        parts.append(
+            f'refusals AS (INSERT INTO "{table}" ({key}, "proposals") SELECT u.* '
+            "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bigint[], %s::text[], "
+            f'%s::timestamptz[], %s::text[], %s::integer[]) AS u({key}, "proposals") '
+            "CROSS JOIN (SELECT pg_advisory_xact_lock_shared(%s, %s)) AS lock "
+            f'ON CONFLICT ({key}) DO UPDATE SET "proposals" = "{table}"."proposals" '
+            '+ EXCLUDED."proposals")'
+        )
+        params += [[cell[i] for cell, _ in refused] for i in range(len(_REFUSAL_KEY))]
+        params += [[n for _, n in refused], LOCK_CLASS[RefusalRollup], project_id]
     if buckets := sorted({(c.project_id, hour_floor(c.created_at)) for c in touched}):
         parts.append(
             f'buckets AS (INSERT INTO "{RollupDirtyBucket._meta.db_table}" '

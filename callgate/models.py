@@ -624,6 +624,58 @@ class CallRollup(RollupMeasures):
         return f"{self.bucket:%Y-%m-%d %H}h {self.tool_name} {self.reason}: {self.calls}"
 
 
+class Tally(models.Model):
+    """A cell of a rollup kept by adding (``callgate.reports.tallies``): what it counts
+    happened in ``bucket`` (the start of a UTC hour or day, ``grain``), for the tool and
+    agent ``dims`` keeps (``total`` neither, ``tool``, ``agent``, ``tool_agent`` both; a
+    column not kept holds "" or 0, as does a thing without a tool or an agent)."""
+
+    class Grain(models.TextChoices):
+        HOUR = "hour", "Hour"
+        DAY = "day", "Day"
+
+    class Dims(models.TextChoices):
+        TOTAL = "total", "Total"
+        TOOL = "tool", "Per tool"
+        AGENT = "agent", "Per agent"
+        TOOL_AGENT = "tool_agent", "Per tool and agent"
+
+    # no index of its own: the unique constraint starts with it
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    dims = models.CharField(max_length=10, choices=Dims.choices)
+    tool_name = models.CharField(max_length=128, blank=True, default="")
+    agent_id = models.BigIntegerField(default=0, help_text="The agent's ID; 0: none or not kept.")
+    grain = models.CharField(max_length=4, choices=Grain.choices)
+    bucket = models.DateTimeField(help_text="Start of the UTC hour or day (``grain``).")
+
+    #: The unique constraint's leading columns (the reads' order: project, dims, tool,
+    #: agent, then a range of each grain's buckets); a subclass's own key columns follow.
+    KEY = ("project", "dims", "tool_name", "agent_id", "grain", "bucket")
+
+    class Meta:
+        abstract = True
+
+
+class RefusalRollup(Tally):
+    """Refused proposals counted per project, UTC hour or day of receipt and reason, per
+    tool, agent or both: a proposal refused without touching the call it named (TAXONOMY
+    v2: ``taxonomy.REFUSALS`` on the proposal event of an existing call), what the reasons
+    report counts beside the calls. An event never changes, so ``ingest.batch_write`` adds
+    a batch's refusals in its one statement; ``tallies.refusal_rollups_rebuild`` recounts
+    a project's from its events (``manage.py backfill_rollups``)."""
+
+    reason = models.CharField(max_length=32)
+    proposals = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=[*Tally.KEY, "reason"], name="refusalrollup_cell")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.proposals} {self.reason} {self.grain} {self.bucket:%Y-%m-%d %H:00}"
+
+
 class RollupCube(RollupMeasures):
     """``CallRollup`` summed to fewer dimensions, by hour, UTC day and UTC month: what a
     report reads so that a 30-day report reads about 30 days × (tools or agents or reasons) rows,

@@ -1315,8 +1315,8 @@ def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:
     from django.utils import timezone
 
     from callgate.models import CallEvent, ToolCall
-    from callgate.reports.review_rollups import review_rollups_rebuild
     from callgate.reports.rollups import rollups_rebuild
+    from callgate.reports.tallies import refusal_rollups_rebuild, review_rollups_rebuild
     from reviews.models import ReviewAudit, ReviewItem
 
     now = timezone.now()
@@ -1355,6 +1355,7 @@ def spread_over_days(*, project, rng, days: int = 7, since=None) -> None:
             )
     rollups_rebuild(project_id=project.pk)
     review_rollups_rebuild(project_id=project.pk)
+    refusal_rollups_rebuild(project_id=project.pk)
 
 
 def agent_tool_sets(agent_names: list[str]) -> dict[str, tuple[str, ...]]:

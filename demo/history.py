@@ -46,6 +46,7 @@ from callgate.models import (
     CallRollup,
     InboxEvent,
     Project,
+    RefusalRollup,
     RequestBudget,
     RollupCube,
     ToolCall,
@@ -147,7 +148,7 @@ class Incidents:
 
 def demo_reset(*, project: Project) -> int:
     """Delete the project's calls and everything derived from them (events, review items,
-    rollups, review rollups, inbox rows, re-ask budgets) and the API keys earlier demo runs
+    rollups, review and refusal rollups, inbox rows, re-ask budgets) and the API keys earlier demo runs
     issued (named "demo"). Contracts and agents stay. Returns the number of calls removed."""
     with transaction.atomic():
         n = ToolCall.objects.filter(project=project).count()
@@ -159,6 +160,7 @@ def demo_reset(*, project: Project) -> int:
         ToolCall.objects.filter(project=project).delete()
         CallRollup.objects.filter(project=project).delete()
         RollupCube.objects.filter(project=project).delete()
+        RefusalRollup.objects.filter(project=project).delete()
         InboxEvent.objects.filter(project=project).delete()
         RequestBudget.objects.filter(project=project).delete()
         # the keys earlier runs issued (each run prints fresh ones)
@@ -263,8 +265,8 @@ def history_seed(
     created. Returns counts. Call ``demo_reset`` first to avoid piling up histories."""
     from django.contrib.auth import get_user_model
 
-    from callgate.reports.review_rollups import review_rollups_rebuild
     from callgate.reports.rollups import rollups_rebuild
+    from callgate.reports.tallies import refusal_rollups_rebuild, review_rollups_rebuild
     from reviews.models import ReviewAudit, ReviewItem
 
     rng = random.Random(seed)
@@ -338,6 +340,7 @@ def history_seed(
     result.review_items = len(items)
     rollups_rebuild(project_id=project.pk)
     review_rollups_rebuild(project_id=project.pk)
+    refusal_rollups_rebuild(project_id=project.pk)
     return result
 
 

@@ -40,6 +40,7 @@ from callgate.models import (
     CallEvent,
     CallRollup,
     Project,
+    RefusalRollup,
     RequestBudget,
     RollupCube,
     ToolCall,
@@ -581,10 +582,11 @@ def seed_scale(
         scratch.delete()
     rows = rollups_rewrite(project=project)
     say(f"  rollups: {rows} rows")
-    from callgate.reports.review_rollups import review_rollups_rebuild
+    from callgate.reports.tallies import refusal_rollups_rebuild, review_rollups_rebuild
     from reviews.models import ReviewAudit, ReviewItem, ReviewRollup
 
     say(f"  review rollups: {review_rollups_rebuild(project_id=project.pk)} rows")
+    say(f"  refusal rollups: {refusal_rollups_rebuild(project_id=project.pk)} rows")
 
     # as autovacuum would after a bulk load (PostgreSQL 13+ vacuums after inserts too): the
     # statistics, and the visibility map that lets index-only scans skip the rows; only
@@ -597,6 +599,7 @@ def seed_scale(
             ReviewItem,
             ReviewAudit,
             ReviewRollup,
+            RefusalRollup,
             CallRollup,
             RollupCube,
             RequestBudget,

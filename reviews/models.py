@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from callgate.models import Agent, Project, ToolCall
+from callgate.models import Agent, Project, Tally, ToolCall
 
 
 class ReviewItem(models.Model):
@@ -176,39 +176,19 @@ class ReviewItem(models.Model):
         return self.assignee_id if self.lease_active(now) else None
 
 
-class ReviewRollup(models.Model):
+class ReviewRollup(Tally):
     """Closed review items counted per project, UTC hour or day of closing (``resolved_at``),
-    status and resolution, and, for a human's decision (status ``resolved``), the time from
-    the item's opening to it in log-scale buckets (``callgate.reports.review_rollups.decision_bucket``): what
-    the review-health report reads, so that its cost does not grow with the queue's history.
-
-    ``dims`` says which of the item's tool and agent a row keeps: ``total`` neither,
-    ``tool``, ``agent``, ``tool_agent`` both (a column not kept holds "" or 0, as does an
-    item without a tool or an agent). Every closed item is counted once per grain and dims.
+    status and resolution, per tool, agent or both, and, for a human's decision (status
+    ``resolved``), the time from the item's opening to it in log-scale buckets
+    (``callgate.reports.tallies.decision_bucket``): what the review-health report reads, so
+    that its cost does not grow with the queue's history.
 
     An item closes once (no way leads from resolved, expired or settled back to open), so
     the rows are kept by adding: every writer that closes items calls
-    ``callgate.reports.review_rollups.review_rollups_add`` in the closing transaction.
-    ``review_rollups_rebuild`` recomputes a project's rows from its items (after a bulk
-    load, an upgrade, a purge: ``manage.py backfill_rollups``)."""
+    ``tallies.review_rollups_add`` in the closing transaction. ``review_rollups_rebuild``
+    recounts a project's rows from its items (after a bulk load, an upgrade, a purge:
+    ``manage.py backfill_rollups``)."""
 
-    class Grain(models.TextChoices):
-        HOUR = "hour", "Hour"
-        DAY = "day", "Day"
-
-    class Dims(models.TextChoices):
-        TOTAL = "total", "Total"
-        TOOL = "tool", "Per tool"
-        AGENT = "agent", "Per agent"
-        TOOL_AGENT = "tool_agent", "Per tool and agent"
-
-    # no index of its own: the unique constraint starts with it
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
-    dims = models.CharField(max_length=10, choices=Dims.choices)
-    tool_name = models.CharField(max_length=128, blank=True, default="")
-    agent_id = models.BigIntegerField(default=0, help_text="The agent's ID; 0: none or not kept.")
-    grain = models.CharField(max_length=4, choices=Grain.choices)
-    bucket = models.DateTimeField(help_text="Start of the UTC hour or day the items closed in.")
     status = models.CharField(max_length=12)
     resolution = models.CharField(max_length=20, blank=True)
     decision_bucket = models.SmallIntegerField(
@@ -222,20 +202,8 @@ class ReviewRollup(models.Model):
 
     class Meta:
         constraints = [
-            # the cell a closed item is added to; its column order serves the report's read
-            # (project, dims, tool, agent, then a range of each grain's buckets)
             models.UniqueConstraint(
-                fields=[
-                    "project",
-                    "dims",
-                    "tool_name",
-                    "agent_id",
-                    "grain",
-                    "bucket",
-                    "status",
-                    "resolution",
-                    "decision_bucket",
-                ],
+                fields=[*Tally.KEY, "status", "resolution", "decision_bucket"],
                 name="reviewrollup_cell",
             ),
         ]

@@ -28,7 +28,7 @@ from callgate.escalation import review_audit, webhook_outbox_add
 from callgate.lifecycle import IllegalTransition
 from callgate.models import Membership, ToolCall, ToolContract
 from callgate.prometheus import WEBHOOK_ATTEMPTS
-from callgate.reports.review_rollups import Closed, review_rollups_add
+from callgate.reports.tallies import Closed, review_rollups_add
 from reviews.models import ReviewAudit, ReviewItem, WebhookOutbox
 from reviews.selectors import absent_reconciliations
 
@@ -384,13 +384,6 @@ def review_items_expire(*, now=None) -> int:
                 )
                 if not won:
                     continue
-                review_rollups_add(
-                    [
-                        Closed.of(
-                            item, status=ReviewItem.Status.EXPIRED, resolution="expired", at=now
-                        )
-                    ]
-                )
                 call_before = item.call.state
                 call = core_services.call_approval_expired(call=item.call)
                 review_audit(
@@ -404,6 +397,14 @@ def review_items_expire(*, now=None) -> int:
                     reason="No decision before the approval timeout.",
                 )
                 webhook_outbox_add(item=item, call=call)
+                # the tallies last, after the call (review_item_decide says why)
+                review_rollups_add(
+                    [
+                        Closed.of(
+                            item, status=ReviewItem.Status.EXPIRED, resolution="expired", at=now
+                        )
+                    ]
+                )
                 expired += 1
         except IllegalTransition:
             logger.warning(
@@ -569,9 +570,6 @@ def review_item_decide(
             )
             if not won:
                 raise _conflict(item, user, decision.replace("_", " "))
-            review_rollups_add(
-                [Closed.of(item, status=ReviewItem.Status.RESOLVED, resolution=decision, at=now)]
-            )
             call = ToolCall.objects.select_for_update().get(pk=item.call_id)
             call_before = call.state
             call = core_services.call_apply_decision(
@@ -589,6 +587,11 @@ def review_item_decide(
                 call_after=call.state,
             )
             webhook_outbox_add(item=item, call=call)
+            # the tallies last: a transaction takes the call before the cells, as ingest does
+            # (an ingest batch locks its calls, then settles their items: no lock cycle)
+            review_rollups_add(
+                [Closed.of(item, status=ReviewItem.Status.RESOLVED, resolution=decision, at=now)]
+            )
     except IllegalTransition as exc:
         raise ReviewError(
             f"The call's state does not allow this any more ({exc}). Reload to see it."

@@ -19,7 +19,7 @@ from django.test import TestCase
 
 from callgate.auth import api_key_issue
 from callgate.models import Agent, CallRollup, Membership, Project, ToolCall, ToolContract
-from callgate.reports.review_rollups import Closed, review_rollups_add
+from callgate.reports.tallies import Closed, review_rollups_add
 from callgate.schemas import EVENT_ADAPTER
 from callgate.taxonomy import TABLE, Reason
 from reviews.models import ReviewItem

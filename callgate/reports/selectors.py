@@ -26,9 +26,10 @@ from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
 from callgate import labels, metrics
-from callgate.models import Agent, CallEvent, Project, ToolCall, ToolContract
+from callgate.models import Agent, Project, ToolCall, ToolContract
+from callgate.reports import tallies
 from callgate.reports.rollups import hour_floor, rollup_rows
-from callgate.taxonomy import REFUSALS, TABLE, Category, Reason, Route
+from callgate.taxonomy import TABLE, Category, Reason, Route
 from callgate.timeparse import format_time, parse_time
 
 UTC = UTC
@@ -305,22 +306,16 @@ def refused_proposals(
 ) -> dict[str, int]:
     """Proposals refused without touching the call they named (TAXONOMY v2: a loop, a sticky
     refusal, a duplicate or mismatch under an existing operation ID), by reason, received in
-    the period: counted beside the calls so that loops and repeated refusals stay visible.
-    One query over the events (the ``(project, received_at)`` index)."""
-    qs = CallEvent.objects.filter(
-        project=project,
-        kind=CallEvent.Kind.PROPOSED,
-        received_at__gte=since or f.since,
-        received_at__lt=until or f.until,
-        reason__in=[r.value for r in REFUSALS],
-    ).exclude(state_before="")
-    if f.tool:
-        qs = qs.filter(call__tool_name=f.tool)
-    if f.agent_id is not None:
-        qs = qs.filter(call__agent_id=f.agent_id)
-    # count(*), not of the id: the partial index holds (project, received_at, reason), so
-    # the count reads the index alone (no row of the events table)
-    return dict(qs.values("reason").annotate(n=Count("*")).values_list("reason", "n").order_by())
+    the period (default: the filters'), of the filters' tool and agent: counted beside the
+    calls so that loops and repeated refusals stay visible. From ``RefusalRollup``
+    (``tallies.refused_by_reason``: added to in the batch that stores the event)."""
+    return tallies.refused_by_reason(
+        project_id=project.pk,
+        since=since or f.since,
+        until=until or f.until,
+        tool=f.tool,
+        agent_id=f.agent_id,
+    )
 
 
 def report_reasons(*, project: Project, f: ReportFilters) -> dict:
@@ -665,7 +660,7 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
     p90 by nearest rank over log-scale buckets, within 4.4 % of the exact value; None
     without any), decisions by type (including items settled by a later event or expired)
     and overrides (approvals that skipped the reconciliation guard). The closed items are
-    counted from ``ReviewRollup`` (``callgate.reports.review_rollups``: kept in the closing transaction, so
+    counted from ``ReviewRollup`` (``callgate.reports.tallies``: kept in the closing transaction, so
     exact at once), the open ones over their partial index.
     Returns ``{"available": bool, "open_total", "open_by_age": [{"bucket", "label", "items"}],
     "decided": int (closed in the range), "human_decided": int (of those, decided by a human),
@@ -687,8 +682,6 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
         ReviewItem = apps.get_model("reviews", "ReviewItem")
     except LookupError:
         return empty
-    from callgate.reports import review_rollups
-
     now = now or timezone.now()
     items = ReviewItem.objects.filter(project=project)
     if f.tool:
@@ -711,7 +704,7 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
     # time to decision counts human decisions only: an item settled by a later event or an
     # approval that ran out closes with no one deciding (often at once, which read as "0 s")
     human: dict[int, int] = {}
-    for status, resolution, bucket, n in review_rollups.decided_cells(
+    for status, resolution, bucket, n in tallies.decided_cells(
         project_id=project.pk, since=f.since, until=f.until, tool=f.tool, agent_id=f.agent_id
     ):
         by_resolution[resolution] = by_resolution.get(resolution, 0) + n
@@ -747,8 +740,8 @@ def report_review(*, project: Project, f: ReportFilters, now: datetime | None = 
         "open_by_age": by_age,
         "decided": sum(d["items"] for d in decisions),
         "human_decided": sum(human.values()),
-        "median_seconds": review_rollups.histogram_percentile(human, 0.5),
-        "p90_seconds": review_rollups.histogram_percentile(human, 0.9),
+        "median_seconds": tallies.histogram_percentile(human, 0.5),
+        "p90_seconds": tallies.histogram_percentile(human, 0.9),
         "decisions": decisions,
         "overrides": overrides,
     }

@@ -809,7 +809,7 @@ def cards_review(project, f: ReportFilters, link: Links) -> list[dict]:
         {
             "label": "time to decision, p90",
             "value": duration(data["p90_seconds"])["text"],
-            # read from log-scale buckets (callgate.reports.review_rollups)
+            # read from log-scale buckets (callgate.reports.tallies)
             "note": "median and p90 to within 5 %" if data["human_decided"] else "",
         },
         {

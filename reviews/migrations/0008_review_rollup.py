@@ -13,7 +13,7 @@ DIMS = ("total", "tool", "agent", "tool_agent")
 
 def backfill(apps, schema_editor):
     """Every project's cells from its closed items (the counts of
-    ``callgate.reports.review_rollups.review_rollups_rebuild``, written out here so that the migration does
+    ``callgate.reports.tallies.review_rollups_rebuild``, written out here so that the migration does
     not change when the app's code does)."""
     ReviewItem = apps.get_model("reviews", "ReviewItem")
     ReviewRollup = apps.get_model("reviews", "ReviewRollup")
@@ -111,9 +111,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "bucket",
-                    models.DateTimeField(
-                        help_text="Start of the UTC hour or day the items closed in."
-                    ),
+                    models.DateTimeField(help_text="Start of the UTC hour or day (``grain``)."),
                 ),
                 ("status", models.CharField(max_length=12)),
                 ("resolution", models.CharField(blank=True, max_length=20)),

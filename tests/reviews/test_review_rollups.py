@@ -1,4 +1,4 @@
-"""Review rollups (``callgate.reports.review_rollups``): every way an item closes counts it once, in the
+"""Review rollups (``callgate.reports.tallies``): every way an item closes counts it once, in the
 closing transaction; the cells equal a recount from the items; the review-health report
 read from them equals a direct count over the items for any range and filter; its
 percentiles stay within the histogram's bound of the exact nearest-rank value."""
@@ -18,8 +18,8 @@ from django.utils import timezone
 from callgate import escalation
 from callgate.metrics import hour_floor
 from callgate.models import Agent
-from callgate.reports import review_rollups as rollups
 from callgate.reports import selectors as reports
+from callgate.reports import tallies as rollups
 from reviews import services
 from reviews.models import ReviewItem, ReviewRollup
 from tests.factories import BaseTestCase, make_review_item

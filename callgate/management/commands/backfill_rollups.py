@@ -1,5 +1,5 @@
-"""Recompute the report rollups from the calls, and the review rollups from the closed
-review items: after an installation, an upgrade, or a change made without ``updated_at``.
+"""Recompute the report rollups from the calls, the review rollups from the closed review
+items and the refusal rollups from the events: after an installation, an upgrade, or a change made without ``updated_at``.
 Safe to run while the system is live (each bucket is recomputed atomically, serialised with
 the periodic refresh; a project's review rollups in one transaction that holds its open
 items)."""
@@ -9,15 +9,16 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from callgate.models import Project
-from callgate.reports.review_rollups import review_rollups_rebuild
 from callgate.reports.rollups import rollups_rebuild
+from callgate.reports.tallies import refusal_rollups_rebuild, review_rollups_rebuild
 from callgate.timeparse import parse_time
 
 
 class Command(BaseCommand):
     help = (
         "Recompute CallRollup buckets from ToolCall (all projects, or one; all hours, or from "
-        "--since) and ReviewRollup from the closed review items (every hour)."
+        "--since), ReviewRollup from the closed review items and RefusalRollup from the "
+        "refused proposals (every hour)."
     )
 
     def add_arguments(self, parser):
@@ -53,9 +54,10 @@ class Command(BaseCommand):
         if project_id is not None:
             projects = projects.filter(pk=project_id)
         review_cells = sum(review_rollups_rebuild(project_id=pk) for pk in projects)
+        refusal_cells = sum(refusal_rollups_rebuild(project_id=pk) for pk in projects)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Done: {result['buckets']} buckets, {result['rows']} rollup rows, "
-                f"{review_cells} review rollup rows."
+                f"{review_cells} review rollup rows, {refusal_cells} refusal rollup rows."
             )
         )
