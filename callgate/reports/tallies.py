@@ -175,15 +175,15 @@ def tally_rows(
     ).filter(rollup_range_q(since, until, period="day"))
 
 
-def _rebuild(model: type[Tally], project_id: int, count: Callable[[], dict[tuple, int]]) -> int:
-    """Replace ``model``'s cells of the project with ``count()``, in one transaction (readers
-    see the old cells or the new), safe while things are added: the project's
-    ``tally_lock`` held exclusively first (an addition in flight commits before, and is in
-    what ``count`` reads; a later one waits, and is not). Returns the cells written."""
+def _rebuild(
+    model: type[Tally], measure: str, project_id: int, count: Callable[[], dict[tuple, int]]
+) -> int:
+    """Replace ``model``'s cells of the project with ``count()`` (column ``measure``), in one
+    transaction (readers see the old cells or the new), safe while things are added: the
+    project's ``tally_lock`` held exclusively first (an addition in flight commits before,
+    and is in what ``count`` reads; a later one waits, and is not). Returns the cells
+    written."""
     fields = [f.attname for f in _key_fields(model)]
-    measure = next(
-        f.attname for f in model._meta.concrete_fields if isinstance(f, models.PositiveIntegerField)
-    )
     with transaction.atomic():
         tally_lock(model, project_id, shared=False)
         model.objects.filter(project_id=project_id).delete()  # type: ignore[attr-defined]
@@ -285,6 +285,7 @@ def review_rollups_rebuild(*, project_id: int) -> int:
     )
     return _rebuild(
         ReviewRollup,
+        "items",
         project_id,
         lambda: _review_counts(
             Closed(project_id, tool, agent, status, resolution, created, resolved)
@@ -372,7 +373,7 @@ def refusal_rollups_rebuild(*, project_id: int) -> int:
                 counts[cell] = counts.get(cell, 0) + 1
         return counts
 
-    return _rebuild(RefusalRollup, project_id, count)
+    return _rebuild(RefusalRollup, "proposals", project_id, count)
 
 
 def refused_by_reason(
