@@ -21,6 +21,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from callgate.models import Agent, CallEvent, Membership, ToolCall
+from callgate.reports import tallies
 from reviews.models import ReviewItem
 
 #: Age filter values → minimum age.
@@ -379,18 +380,12 @@ def queue_facets(
     if filters.status == "all":  # every item is in the groups already
         status_rows = dict(counts("status", lambda g: g["status"]))
     else:
-        status_rows = dict(
-            _apply(
-                ReviewItem.objects.filter(project=project),
-                filters,
-                project=project,
-                user=user,
-                now=now,
-                skip="status",
-            )
-            .values_list("status")
-            .annotate(n=Count("*"))  # not the id: an index-only scan of (project, status)
-            .order_by()
+        status_rows = _status_counts(
+            project=project,
+            filters=filters,
+            user=user,
+            now=now,
+            agent_ids={name: pk for pk, name in names.items()},
         )
     facets["status"] = [
         ("open", status_rows.get("open", 0) + status_rows.get("claimed", 0)),
@@ -406,6 +401,39 @@ def queue_facets(
     by_age = [g for g in groups if keep(g, "age")]
     facets["age"] = [(k, sum(g["n"] for g in by_age if g[f"age_{k}"])) for k in AGE_CHOICES]
     return facets
+
+
+def _status_counts(
+    *, project, filters: QueueFilters, user, now, agent_ids: dict[str, int]
+) -> dict[str, int]:
+    """Items per status with every filter but the status (the status facet). The open and
+    claimed ones are counted over their partial index. The closed ones, unless a reason or
+    age filter is set, come from the review tallies (``ReviewRollup``'s day cells of every
+    item closed so far: a read that grows with the days of history, not the items; a
+    closed item has no live claim, so "me" counts none and "unassigned" all); with one of
+    those filters, over the items."""
+    items = ReviewItem.objects.filter(project=project)
+    rows: dict[str, int] = {}
+    closed_from_items = bool(filters.reason or filters.age)
+    for part in (
+        items.filter(status__in=ReviewItem.OPEN_STATUSES),
+        items.exclude(status__in=ReviewItem.OPEN_STATUSES) if closed_from_items else None,
+    ):
+        if part is not None:
+            rows |= dict(
+                _apply(part, filters, project=project, user=user, now=now, skip="status")
+                .values_list("status")
+                .annotate(n=Count("*"))  # not the id: index-only
+                .order_by()
+            )
+    if closed_from_items or filters.assignee == "me":
+        return rows
+    agent_id = agent_ids.get(filters.agent) if filters.agent else None
+    if filters.agent and agent_id is None:  # no such agent: no item
+        return rows
+    return rows | tallies.closed_by_status(
+        project_id=project.pk, tool=filters.tool, agent_id=agent_id
+    )
 
 
 def queue_progress(*, project, now=None) -> list[dict]:

@@ -161,6 +161,13 @@ def tally_rows(
     """The cells of ``model`` that count, once each, the project's things of ``[since,
     until)`` (whole UTC hours), of ``tool`` and ``agent_id`` when given: the dims they
     need, day cells for the whole days and hour cells for the rest."""
+    return _cells_of(model, project_id, tool, agent_id).filter(
+        rollup_range_q(since, until, period="day")
+    )
+
+
+def _cells_of(model: type[Tally], project_id: int, tool: str, agent_id: int | None) -> QuerySet:
+    """The project's cells of the dims that keep ``tool`` and ``agent_id`` (when given)."""
     dims = (
         Tally.Dims.TOOL_AGENT
         if tool and agent_id is not None
@@ -172,7 +179,7 @@ def tally_rows(
     )
     return model.objects.filter(  # type: ignore[attr-defined]
         project_id=project_id, dims=dims, tool_name=tool, agent_id=agent_id or 0
-    ).filter(rollup_range_q(since, until, period="day"))
+    )
 
 
 def _rebuild(
@@ -323,6 +330,20 @@ def decided_cells(
         .values_list("status", "resolution", "decision_bucket", "n")
     )
     return list(rows)
+
+
+def closed_by_status(*, project_id: int, tool: str = "", agent_id: int | None = None) -> dict:
+    """Every item of the project closed so far, of ``tool`` and ``agent_id`` when given, by
+    status: one grouped read of the day cells (each closed item counted in one of them)."""
+    rows = (
+        _cells_of(ReviewRollup, project_id, tool, agent_id)
+        .filter(grain=Tally.Grain.DAY)
+        .values("status")
+        .annotate(n=Sum("items"))
+        .order_by()
+        .values_list("status", "n")
+    )
+    return {status: n for status, n in rows if n}
 
 
 # --- refused proposals --------------------------------------------------------------------
