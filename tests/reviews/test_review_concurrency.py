@@ -14,7 +14,7 @@ from django.test import TransactionTestCase
 
 from callgate.models import Agent, Membership, Project, ToolCall
 from reviews import services
-from reviews.models import ReviewAudit, ReviewItem
+from reviews.models import ReviewAudit, ReviewItem, ReviewRollup
 from tests.reviews.fixtures import make_item
 
 
@@ -99,3 +99,73 @@ class ReviewConcurrentDecisionTests(TransactionTestCase):
         )
         assert sorted(o == "won" for o in outcomes) == [False, True], outcomes
         assert ReviewAudit.objects.filter(item=item, action="claim").count() == 1
+
+
+@unittest.skipUnless(connection.vendor == "postgresql", "needs PostgreSQL row locks")
+class ReviewTallyLockOrderTests(TransactionTestCase):
+    """A closing adds to the review tallies after it locked the call, as an ingest batch does
+    (its calls, then their items, then the cells): an approval expiring while a batch that
+    holds its call settles another expired approval (same cells) waits, and both finish.
+    Adding before the call deadlocked: the expiry held the cells and waited for the call."""
+
+    def test_an_expiry_and_a_batch_settling_another_approval_both_finish(self):
+        from datetime import timedelta
+
+        from django.db import transaction
+        from django.utils import timezone
+
+        from callgate import escalation
+
+        project = Project.objects.create(slug="acme", name="Acme")
+        agent = Agent.objects.create(project=project, name="support-bot")
+        x = make_item(project, agent, kind="approval")
+        y = make_item(project, agent, kind="approval")
+        ReviewItem.objects.filter(pk=x.pk).update(
+            approval_expires_at=timezone.now() - timedelta(seconds=5)
+        )
+        ToolCall.objects.filter(pk=y.call_id).update(reason="approval_expired", state="failed")
+        locked, proceed = threading.Event(), threading.Event()
+        outcomes: dict = {}
+
+        def batch() -> None:  # what the ingest engine does: lock its calls, then settle
+            try:
+                with transaction.atomic():
+                    list(
+                        ToolCall.objects.select_for_update()
+                        .filter(pk__in=[x.call_id, y.call_id])
+                        .order_by("pk")
+                    )
+                    locked.set()
+                    proceed.wait(10)
+                    settled = ToolCall.objects.get(pk=y.call_id)
+                    outcomes["batch"] = escalation.review_items_settle_bulk(
+                        calls=[settled], note_by_call={settled.pk: "expired"}
+                    )
+            except Exception as exc:  # pragma: no cover - shown in the assertion
+                outcomes["batch"] = repr(exc)
+            finally:
+                connection.close()
+
+        def expire() -> None:
+            try:
+                outcomes["expire"] = services.review_items_expire()
+            except Exception as exc:  # pragma: no cover - shown in the assertion
+                outcomes["expire"] = repr(exc)
+            finally:
+                connection.close()
+
+        first = threading.Thread(target=batch)
+        first.start()
+        assert locked.wait(10)
+        second = threading.Thread(target=expire)
+        second.start()
+        time.sleep(0.7)  # the expiry has closed its item and waits for the call
+        proceed.set()
+        first.join(20)
+        second.join(20)
+        assert outcomes == {"batch": 1, "expire": 1}, outcomes
+        rows = {
+            (r.status, r.dims, r.grain): r.items
+            for r in ReviewRollup.objects.filter(project=project)
+        }
+        assert rows[("expired", "total", "day")] == 2
