@@ -413,20 +413,19 @@ def _status_counts(
     closed item has no live claim, so "me" counts none and "unassigned" all); with one of
     those filters, over the items."""
     items = ReviewItem.objects.filter(project=project)
-    rows: dict[str, int] = {}
-    closed_from_items = bool(filters.reason or filters.age)
-    for part in (
-        items.filter(status__in=ReviewItem.OPEN_STATUSES),
-        items.exclude(status__in=ReviewItem.OPEN_STATUSES) if closed_from_items else None,
-    ):
-        if part is not None:
-            rows |= dict(
-                _apply(part, filters, project=project, user=user, now=now, skip="status")
-                .values_list("status")
-                .annotate(n=Count("*"))  # not the id: index-only
-                .order_by()
-            )
-    if closed_from_items or filters.assignee == "me":
+
+    def per_status(qs: QuerySet) -> dict[str, int]:
+        return dict(
+            _apply(qs, filters, project=project, user=user, now=now, skip="status")
+            .values_list("status")
+            .annotate(n=Count("*"))  # not the id: index-only
+            .order_by()
+        )
+
+    rows = per_status(items.filter(status__in=ReviewItem.OPEN_STATUSES))
+    if filters.reason or filters.age:
+        return rows | per_status(items.exclude(status__in=ReviewItem.OPEN_STATUSES))
+    if filters.assignee == "me":
         return rows
     agent_id = agent_ids.get(filters.agent) if filters.agent else None
     if filters.agent and agent_id is None:  # no such agent: no item

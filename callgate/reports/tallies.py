@@ -7,7 +7,7 @@ Cells
 -----
 Each thing counts in eight cells (``Tally``): per UTC hour and per UTC day of its moment,
 each for the four ``dims`` (total, per tool, per agent, per tool and agent)
-(``tally_places``). ``tally_add`` adds counts with ``INSERT … ON CONFLICT DO UPDATE``, the
+(``tally_counts``). ``tally_add`` adds counts with ``INSERT … ON CONFLICT DO UPDATE``, the
 cells in key order so that two transactions adding to the same cells lock them in the same
 order; the ingest batch adds its refusals inside ``ingest.batch_write``'s one statement on
 PostgreSQL instead (``refusal_counts`` gives it the cells). ``tally_rows`` reads a range:
@@ -61,9 +61,6 @@ from callgate.reports.rollups import day_floor, rollup_range_q
 from callgate.taxonomy import REFUSALS
 from reviews.models import ReviewItem, ReviewRollup
 
-#: Where a thing counts, before the table's own key columns: (dims, tool name, agent ID,
-#: grain, bucket).
-Place = tuple[str, str, int, str, datetime]
 #: Cells per statement of ``tally_add`` (at most a dozen parameters each: under SQLite's
 #: limit of 32,766).
 _CHUNK = 500
@@ -87,21 +84,25 @@ def tally_lock(model: type[Tally], project_id: int, *, shared: bool) -> None:
         cursor.execute(f"SELECT {function}(%s, %s)", [LOCK_CLASS[model], project_id])
 
 
-def tally_places(tool_name: str, agent_id: int | None, at: datetime) -> list[Place]:
-    """The eight places a thing of ``tool_name`` and ``agent_id`` that happened ``at``
-    counts in: its UTC hour and its UTC day, each for the four dims."""
-    agent = agent_id or 0
-    kept = (
-        (Tally.Dims.TOTAL.value, "", 0),
-        (Tally.Dims.TOOL.value, tool_name, 0),
-        (Tally.Dims.AGENT.value, "", agent),
-        (Tally.Dims.TOOL_AGENT.value, tool_name, agent),
-    )
-    return [
-        (dims, tool, agent_kept, grain.value, floor(at))
-        for grain, floor in ((Tally.Grain.HOUR, hour_floor), (Tally.Grain.DAY, day_floor))
-        for dims, tool, agent_kept in kept
-    ]
+def tally_counts(things: Iterable[tuple[int, str, int | None, datetime, tuple]]) -> dict:
+    """The cells ``things`` count in, with how many each: ``things`` are ``(project ID, tool
+    name, agent ID, moment, the table's own key)``; each counts in eight cells, its UTC hour
+    and its UTC day, each for the four dims. Returns ``{(project ID, dims, tool, agent,
+    grain, bucket, *own key): n}``."""
+    out: dict[tuple, int] = {}
+    for project_id, tool_name, agent_id, at, own in things:
+        agent = agent_id or 0
+        for grain, floor in ((Tally.Grain.HOUR, hour_floor), (Tally.Grain.DAY, day_floor)):
+            bucket = floor(at)
+            for dims, tool, agent_kept in (
+                (Tally.Dims.TOTAL.value, "", 0),
+                (Tally.Dims.TOOL.value, tool_name, 0),
+                (Tally.Dims.AGENT.value, "", agent),
+                (Tally.Dims.TOOL_AGENT.value, tool_name, agent),
+            ):
+                cell = (project_id, dims, tool, agent_kept, grain.value, bucket, *own)
+                out[cell] = out.get(cell, 0) + 1
+    return out
 
 
 def _key_fields(model: type[models.Model]) -> list[Field]:
@@ -117,10 +118,9 @@ def tally_key_columns(model: type[models.Model]) -> list[str]:
 
 
 def tally_add(model: type[Tally], count: str, counts: dict[tuple, int]) -> None:
-    """Add ``counts`` (``{(project ID, *Place, *the table's own key): n}``) to ``model``'s
-    cells, column ``count``, under the projects' shared ``tally_lock``: ``INSERT … ON
-    CONFLICT DO UPDATE`` adding to what is there (PostgreSQL and SQLite alike), the cells
-    in key order. Call it in the transaction that writes what it counts, after that
+    """Add ``counts`` (``tally_counts``' cells) to ``model``'s cells, column ``count``,
+    under the projects' shared ``tally_lock``: ``INSERT … ON CONFLICT DO UPDATE`` adding to
+    what is there (PostgreSQL and SQLite alike), the cells in key order. Call it in the transaction that writes what it counts, after that
     transaction's other locks (a cell is the last thing it locks: no lock cycle)."""
     cells = sorted(counts.items())
     if not cells:
@@ -265,15 +265,18 @@ class Closed:
 
 def _review_counts(items: Iterable[Closed]) -> dict[tuple, int]:
     """The ``ReviewRollup`` cells ``items`` count in, with how many of them each."""
-    out: dict[tuple, int] = {}
-    for item in items:
-        human = item.status == ReviewItem.Status.RESOLVED
-        took = max(0.0, (item.resolved_at - item.created_at).total_seconds())
-        own = (item.status, item.resolution, decision_bucket(took) if human else 0)
-        for place in tally_places(item.tool_name, item.agent_id, item.resolved_at):
-            cell = (item.project_id, *place, *own)
-            out[cell] = out.get(cell, 0) + 1
-    return out
+    return tally_counts(
+        (
+            item.project_id,
+            item.tool_name,
+            item.agent_id,
+            item.resolved_at,
+            (item.status, item.resolution, decision_bucket(took) if human else 0),
+        )
+        for item in items
+        for human in [item.status == ReviewItem.Status.RESOLVED]
+        for took in [max(0.0, (item.resolved_at - item.created_at).total_seconds())]
+    )
 
 
 def review_rollups_add(items: Iterable[Closed]) -> None:
@@ -366,14 +369,11 @@ def is_refused_proposal(event: CallEvent) -> bool:
 def refusal_counts(events: Iterable[CallEvent]) -> dict[tuple, int]:
     """The ``RefusalRollup`` cells the refused proposals among ``events`` (each with its
     ``call``) count in, with how many each."""
-    out: dict[tuple, int] = {}
-    for event in events:
-        if is_refused_proposal(event):
-            call = event.call
-            for place in tally_places(call.tool_name, call.agent_id, event.received_at):
-                cell = (event.project_id, *place, event.reason)
-                out[cell] = out.get(cell, 0) + 1
-    return out
+    return tally_counts(
+        (e.project_id, e.call.tool_name, e.call.agent_id, e.received_at, (e.reason,))
+        for e in events
+        if is_refused_proposal(e)
+    )
 
 
 def refusal_rollups_rebuild(*, project_id: int) -> int:
@@ -386,15 +386,15 @@ def refusal_rollups_rebuild(*, project_id: int) -> int:
         .order_by()
     )
 
-    def count() -> dict[tuple, int]:
-        counts: dict[tuple, int] = {}
-        for tool, agent, reason, received in refused.iterator(chunk_size=5000):
-            for place in tally_places(tool, agent, received):
-                cell = (project_id, *place, reason)
-                counts[cell] = counts.get(cell, 0) + 1
-        return counts
-
-    return _rebuild(RefusalRollup, "proposals", project_id, count)
+    return _rebuild(
+        RefusalRollup,
+        "proposals",
+        project_id,
+        lambda: tally_counts(
+            (project_id, tool, agent, received, (reason,))
+            for tool, agent, reason, received in refused.iterator(chunk_size=5000)
+        ),
+    )
 
 
 def refused_by_reason(
