@@ -8,7 +8,8 @@ already holds N calls, so a second run starts at once). Then every page and read
 loaded through Django's test client (middleware, sessions, templates; DEBUG off as in
 production): overview, calls list (default, each filter, search by operation-ID prefix, an
 older page), call detail, review queue (default, each filter, each status, each sort, its
-last page, "all matching" bulk claim), item detail, contracts, contract detail, agents,
+last page, "all matching" bulk claim, rolled back after each load so that every round
+sees the same queue), item detail, contracts, contract detail, agents,
 every report page and every reports API over 7 and 30 days, and ``GET /api/v1/calls`` if
 this version has it. Rounds are interleaved (round 1 of every page at every size, then
 round 2, …) so that the machine's load falls on all alike.
@@ -52,7 +53,7 @@ settings.STORAGES = {
 }
 
 from django.contrib.auth import get_user_model  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
@@ -61,7 +62,6 @@ from callgate.models import Agent, Membership, Project, ToolCall  # noqa: E402
 from callgate.reports.api import REPORT_APIS  # noqa: E402
 from demo.seeding import seed_scale  # noqa: E402
 from reviews.models import ReviewItem  # noqa: E402
-from reviews.selectors import PAGE_SIZE  # noqa: E402
 
 USER = "bench-pages"
 
@@ -89,9 +89,6 @@ def targets(project: Project) -> list[tuple[str, str, str, dict]]:
     call = ToolCall.objects.filter(project=project).order_by("-created_at")[500:501].get()
     item = ReviewItem.objects.filter(project=project).order_by("-pk").first()
     agent = Agent.objects.filter(project=project).order_by("name").first()
-    open_items = ReviewItem.objects.filter(project=project, status__in=["open", "claimed"])
-    all_items = ReviewItem.objects.filter(project=project).count()
-    last_page = max(1, -(-all_items // PAGE_SIZE))
     pages = [
         ("overview", "GET", f"{base}/", {}),
         ("calls", "GET", f"{base}/calls/", {}),
@@ -119,7 +116,7 @@ def targets(project: Project) -> list[tuple[str, str, str, dict]]:
             "queue status=all last page",
             "GET",
             f"{base}/review/",
-            {"status": "all", "page": str(last_page)},
+            {"status": "all", "last": "1"},
         ),
         (
             "queue bulk claim all matching",
@@ -147,7 +144,6 @@ def targets(project: Project) -> list[tuple[str, str, str, dict]]:
     own_call = own.get()
     pages.append(("API calls", "API", "/api/v1/calls", {}))
     pages.append(("API calls/{operation_id}", "API", f"/api/v1/calls/{own_call.operation_id}", {}))
-    del open_items
     return [p for p in pages if p is not None]
 
 
@@ -205,8 +201,10 @@ def main() -> None:
         data = with_range(data)
         if method == "GET":
             response = client.get(path, data)
-        elif method == "POST":
-            response = client.post(path, data)
+        elif method == "POST":  # rolled back: every round (and every page after it) sees
+            with transaction.atomic():  # the same queue, not one the last round claimed
+                response = client.post(path, data)
+                transaction.set_rollback(True)
         else:
             response = api.get(path, data, HTTP_AUTHORIZATION=f"Bearer {keys[project.pk]}")
         if response.status_code >= 400:
