@@ -148,15 +148,16 @@ class Incidents:
 
 def demo_reset(*, project: Project) -> int:
     """Delete the project's calls and everything derived from them (events, review items,
-    rollups, review and refusal rollups, inbox rows, re-ask budgets) and the API keys earlier demo runs
+    rollups, review and refusal rollups, closed-item counts, inbox rows, re-ask budgets) and the API keys earlier demo runs
     issued (named "demo"). Contracts and agents stay. Returns the number of calls removed."""
     with transaction.atomic():
         n = ToolCall.objects.filter(project=project).count()
         CallEvent.objects.filter(project=project).delete()
-        from reviews.models import ReviewItem, ReviewRollup
+        from reviews.models import ClosedItemCount, ReviewItem, ReviewRollup
 
         ReviewItem.objects.filter(project=project).delete()
         ReviewRollup.objects.filter(project=project).delete()
+        ClosedItemCount.objects.filter(project=project).delete()
         ToolCall.objects.filter(project=project).delete()
         CallRollup.objects.filter(project=project).delete()
         RollupCube.objects.filter(project=project).delete()

@@ -583,7 +583,7 @@ def seed_scale(
     rows = rollups_rewrite(project=project)
     say(f"  rollups: {rows} rows")
     from callgate.reports.tallies import refusal_rollups_rebuild, review_rollups_rebuild
-    from reviews.models import ReviewAudit, ReviewItem, ReviewRollup
+    from reviews.models import ClosedItemCount, ReviewAudit, ReviewItem, ReviewRollup
 
     say(f"  review rollups: {review_rollups_rebuild(project_id=project.pk)} rows")
     say(f"  refusal rollups: {refusal_rollups_rebuild(project_id=project.pk)} rows")
@@ -599,6 +599,7 @@ def seed_scale(
             ReviewItem,
             ReviewAudit,
             ReviewRollup,
+            ClosedItemCount,
             RefusalRollup,
             CallRollup,
             RollupCube,

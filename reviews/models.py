@@ -5,6 +5,8 @@
   compare-and-swap UPDATEs.
 - ``ReviewRollup``: closed items counted per hour and day of closing, how they closed and
   how long a human took (log-scale buckets): what the review-health report reads.
+- ``ClosedItemCount``: closed items counted per status, tool, agent and reason, of all
+  time: what the queue's counts and facets read instead of every closed item.
 - ``ReviewAudit``: append-only trail of everything done to an item (who, what, when,
   state before and after, reason). Comments are audit rows with ``action="comment"``.
 - ``WebhookOutbox``: one decision to deliver, written in the decision's transaction.
@@ -210,6 +212,34 @@ class ReviewRollup(Tally):
 
     def __str__(self) -> str:
         return f"{self.items} {self.status} {self.grain} {self.bucket:%Y-%m-%d %H:00}"
+
+
+class ClosedItemCount(models.Model):
+    """Closed review items of a project counted per status, tool, agent and reason, of all
+    time (no time column): what the review queue's match count and filter counts read for
+    the closed items, so that their cost grows with the combinations in use, not with the
+    queue's history (``reviews.selectors.QueueCounts``). Kept as ``ReviewRollup`` is: added
+    to in the closing transaction by ``tallies.review_rollups_add``, recounted with it by
+    ``review_rollups_rebuild``."""
+
+    # no index of its own: the unique constraint starts with it
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    status = models.CharField(max_length=12)
+    tool_name = models.CharField(max_length=128, blank=True, default="")
+    agent_id = models.BigIntegerField(default=0, help_text="The agent's ID; 0: none.")
+    reason = models.CharField(max_length=32)
+    items = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "status", "tool_name", "agent_id", "reason"],
+                name="closeditemcount_cell",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.items} {self.status} {self.tool_name} {self.reason}"
 
 
 class AuditQuerySet(models.QuerySet):

@@ -21,8 +21,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from callgate.models import Agent, CallEvent, Membership, ToolCall
-from callgate.reports import tallies
-from reviews.models import ReviewItem
+from reviews.models import ClosedItemCount, ReviewItem
 
 #: Age filter values → minimum age.
 AGE_CHOICES = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "24h": timedelta(hours=24)}
@@ -137,8 +136,8 @@ def absent_reconciliations() -> QuerySet:
 
 #: The queue's order: most urgent first, then oldest (``pk`` breaks ties): the keyset.
 QUEUE_ORDER = ("priority", "created_at", "pk")
-#: Counts stop here: the page says "10,000+" instead of counting every resolved item.
-COUNT_CAP = 10_000
+#: What a queue row shows of an item's call, agent, contract and assignee.
+ROW_RELATIONS = ("call", "call__agent", "call__contract", "assignee")
 
 
 def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
@@ -150,7 +149,7 @@ def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
         _apply(
             ReviewItem.objects.filter(project=project), filters, project=project, user=user, now=now
         )
-        .select_related("call", "call__agent", "call__contract", "assignee")
+        .select_related(*ROW_RELATIONS)
         .order_by(*QUEUE_ORDER)
     )
 
@@ -201,13 +200,11 @@ class QueueCursor:
 
 @dataclass
 class QueuePage:
-    """One page of the queue. ``count`` is the number of matching items up to
-    ``COUNT_CAP`` (``capped`` when there are more); ``next``/``previous`` are cursors of the
-    neighbouring pages (None at either end); ``first`` and ``last``: this page is one."""
+    """One page of the queue. ``next``/``previous`` are cursors of the neighbouring pages
+    (None at either end); ``first`` and ``last``: this page is one. How many items match
+    is ``QueueCounts.matching``."""
 
     rows: list
-    count: int
-    capped: bool
     next: str | None
     previous: str | None
 
@@ -218,11 +215,6 @@ class QueuePage:
     @property
     def last(self) -> bool:
         return self.next is None
-
-
-def capped_count(qs: QuerySet, cap: int = COUNT_CAP) -> int:
-    """``min(qs.count(), cap + 1)``: counts at most ``cap + 1`` rows (one bounded scan)."""
-    return qs.order_by()[: cap + 1].count()
 
 
 def queue_page(
@@ -239,7 +231,8 @@ def queue_page(
     """A page of ``queue_items``: the ``size`` items after ``after``, or before ``before``,
     or the last ones (``last``), or the first. Each row gets ``n_similar`` (other open items
     of the project with the same tool and reason) from one grouped query over the page's
-    pairs. Three queries whatever the page or the project's size."""
+    pairs. Three queries whatever the page or the project's size: the page's keys over the
+    items alone, then those items with their calls, agents, contracts and assignees."""
     size = size or PAGE_SIZE
     qs = queue_items(project=project, filters=filters, user=user, now=now)
     backwards = before is not None or last
@@ -248,27 +241,23 @@ def queue_page(
     elif before is not None:
         qs = qs.filter(before.before())
     if backwards:
-        rows = list(qs.reverse()[: size + 1])
+        qs = qs.reverse()
+    # the page's keys first, over the items alone, then their calls, agents and contracts:
+    # joined before the limit, every match (an operator's thousand claims) was read whole
+    keys = qs.values("pk")[: size + 1]
+    page = (
+        ReviewItem.objects.filter(pk__in=keys).select_related(*ROW_RELATIONS).order_by(*QUEUE_ORDER)
+    )
+    rows = list(page.reverse() if backwards else page)
+    if backwards:
         more_before, more_after = len(rows) > size, before is not None
         rows = rows[:size][::-1]
     else:
-        rows = list(qs[: size + 1])
         more_after, more_before = len(rows) > size, after is not None
         rows = rows[:size]
     annotate_rows(project=project, rows=rows)
-    count = capped_count(
-        _apply(
-            project.review_items.all(),
-            filters,
-            project=project,
-            user=user,
-            now=now or timezone.now(),
-        )
-    )
     return QueuePage(
         rows=rows,
-        count=min(count, COUNT_CAP),
-        capped=count > COUNT_CAP,
         next=QueueCursor.of(rows[-1]).encode() if rows and more_after else None,
         previous=QueueCursor.of(rows[0]).encode() if rows and more_before else None,
     )
@@ -306,44 +295,87 @@ def annotate_rows(*, project, rows: list) -> None:
         item.n_similar = counts.get((item.tool_name, item.reason), 0) - 1
 
 
-def queue_facets(
-    *, project, filters: QueueFilters, user, now=None
-) -> dict[str, list[tuple[str, int]]]:
-    """Counts per value of each filter, with the other filters applied (what clicking it
-    gives): ``{"tool": [(tool name, n)], "reason": [(reason, n)], "agent": [(agent name,
-    n)], "status": [(status, n)] (``open`` counts claimed items too, ``all`` every item),
-    "assignee": [(anyone|me|unassigned, n)], "age": [(15m|1h|24h, n)]}``; tool, reason and
-    agent list at most 50 values, most items first.
+@dataclass(frozen=True)
+class QueueCounts:
+    """The project's review items grouped by everything the queue's filters test (tool,
+    reason, agent, status, whether a claim is live and whose, the age thresholds), read
+    once for a page: how many items match the filters (``matching``) and the count of every
+    filter value with the other filters kept (``facets``), summed here from the groups.
 
-    One grouped query over the project's items of the status filter (by tool, reason,
-    agent, status, whether a claim is live and whose, and the age thresholds: a few hundred
-    groups at most), every facet summed from its groups here, and one count per status with
-    the other filters (unless the status filter is ``all``): two reads of the items instead
-    of one per facet, and only the status counts read the closed items."""
+    ``groups``: ``{"tool_name", "reason", "agent_id", "status", "live", "mine", "age_15m",
+    "age_1h", "age_24h", "n"}`` dicts; ``n`` may be negative (a correction, below), a sum
+    never is. Three reads, none of which grows with the queue's history (``read``)."""
 
-    now = now or timezone.now()
-    live = Q(status=ReviewItem.Status.CLAIMED, lease_expires_at__gt=now, assignee__isnull=False)
-    flags = {
-        "live": live,
-        "mine": live & Q(assignee=user),
-        **{f"age_{k}": Q(created_at__lte=now - d) for k, d in AGE_CHOICES.items()},
-    }
-    # the status filter narrows every facet but the status facet's own (counted apart)
-    groups = list(
-        ReviewItem.objects.filter(project=project)
-        .filter(_status_q(filters.status))
-        .annotate(
-            **{k: ExpressionWrapper(q, output_field=BooleanField()) for k, q in flags.items()}
+    filters: QueueFilters
+    groups: list[dict]
+    names: dict[int, str]
+
+    @classmethod
+    def read(cls, *, project, filters: QueueFilters, user, now=None) -> QueueCounts:
+        """Group the project's items in three reads:
+
+        - the open and claimed items, over their partial index (as many as the backlog);
+        - the closed ones from ``ClosedItemCount`` (one row per status, tool, agent and
+          reason in use), each counted as older than every age threshold and without a
+          live claim (a closed item has none);
+        - the closed items opened less than the longest threshold (24 h) ago, over the
+          ``resolved_at`` index (an item closes after it opens, so they closed in that
+          window too): each moves from "older than every threshold" to the thresholds it
+          has passed (a group of its own, and the same group with every age flag set and
+          ``-n``)."""
+        now = now or timezone.now()
+        live = Q(status=ReviewItem.Status.CLAIMED, lease_expires_at__gt=now, assignee__isnull=False)
+        ages = {f"age_{k}": Q(created_at__lte=now - d) for k, d in AGE_CHOICES.items()}
+
+        def grouped(qs: QuerySet, flags: dict[str, Q]) -> list[dict]:
+            return list(
+                qs.annotate(
+                    **{
+                        k: ExpressionWrapper(q, output_field=BooleanField())
+                        for k, q in flags.items()
+                    }
+                )
+                .values("tool_name", "reason", "agent_id", "status", *flags)
+                .annotate(n=Count("*"))
+                .order_by()
+            )
+
+        items = ReviewItem.objects.filter(project=project)
+        groups = grouped(
+            items.filter(status__in=ReviewItem.OPEN_STATUSES),
+            {"live": live, "mine": live & Q(assignee=user), **ages},
         )
-        .values("tool_name", "reason", "agent_id", "status", *flags)
-        .annotate(n=Count("pk"))
-        .order_by()
-    )
-    names = dict(Agent.objects.filter(project=project).values_list("pk", "name"))
+        unclaimed = {"live": False, "mine": False}
+        old = dict.fromkeys(ages, True)
+        groups += [
+            {
+                "tool_name": tool,
+                "reason": reason,
+                "agent_id": agent or None,
+                "status": status,
+                **unclaimed,
+                **old,
+                "n": n,
+            }
+            for status, tool, agent, reason, n in ClosedItemCount.objects.filter(
+                project=project
+            ).values_list("status", "tool_name", "agent_id", "reason", "items")
+            if n
+        ]
+        since = now - max(AGE_CHOICES.values())
+        for g in grouped(
+            items.filter(resolved_at__gt=since, created_at__gt=since).exclude(
+                status__in=ReviewItem.OPEN_STATUSES
+            ),
+            ages,
+        ):
+            groups += [{**g, **unclaimed}, {**g, **unclaimed, **old, "n": -g["n"]}]
+        names = dict(Agent.objects.filter(project=project).values_list("pk", "name"))
+        return cls(filters=filters, groups=groups, names=names)
 
-    def keep(g: dict, skip: str) -> bool:
+    def _keep(self, g: dict, skip: str) -> bool:
         """Does group ``g`` pass every filter but ``skip`` (``_apply``'s conditions)?"""
-        f = filters
+        f = self.filters
         if skip != "status" and f.status != "all":
             wanted = ReviewItem.OPEN_STATUSES if f.status == "open" else (f.status,)
             if g["status"] not in wanted:
@@ -352,7 +384,7 @@ def queue_facets(
             return False
         if skip != "reason" and f.reason and g["reason"] != f.reason:
             return False
-        if skip != "agent" and f.agent and names.get(g["agent_id"]) != f.agent:
+        if skip != "agent" and f.agent and self.names.get(g["agent_id"]) != f.agent:
             return False
         if skip != "age" and f.age and not g[f"age_{f.age}"]:
             return False
@@ -363,76 +395,52 @@ def queue_facets(
                 return False
         return True
 
-    def counts(skip: str, key) -> list[tuple[str, int]]:
+    def _sums(self, skip: str, key) -> dict:
+        """``{key(g): items}`` over the groups that pass every filter but ``skip``."""
         out: dict = {}
-        for g in groups:
-            if keep(g, skip):
+        for g in self.groups:
+            if self._keep(g, skip):
                 out[key(g)] = out.get(key(g), 0) + g["n"]
-        return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))[:50]
+        return {k: n for k, n in out.items() if n}
 
-    facets = {
-        "tool": counts("tool", lambda g: g["tool_name"]),
-        "reason": counts("reason", lambda g: g["reason"]),
-        "agent": [
-            (name, n) for name, n in counts("agent", lambda g: names.get(g["agent_id"], "")) if name
-        ],
-    }
-    if filters.status == "all":  # every item is in the groups already
-        status_rows = dict(counts("status", lambda g: g["status"]))
-    else:
-        status_rows = _status_counts(
-            project=project,
-            filters=filters,
-            user=user,
-            now=now,
-            agent_ids={name: pk for pk, name in names.items()},
-        )
-    facets["status"] = [
-        ("open", status_rows.get("open", 0) + status_rows.get("claimed", 0)),
-        *[(s, status_rows.get(s, 0)) for s in ("claimed", "resolved", "expired", "settled")],
-        ("all", sum(status_rows.values())),
-    ]
-    by_assignee = [g for g in groups if keep(g, "assignee")]
-    facets["assignee"] = [
-        ("anyone", sum(g["n"] for g in by_assignee)),
-        ("me", sum(g["n"] for g in by_assignee if g["mine"])),
-        ("unassigned", sum(g["n"] for g in by_assignee if not g["live"])),
-    ]
-    by_age = [g for g in groups if keep(g, "age")]
-    facets["age"] = [(k, sum(g["n"] for g in by_age if g[f"age_{k}"])) for k in AGE_CHOICES]
-    return facets
+    @cached_property
+    def matching(self) -> int:
+        """Items matching every filter (exact: no cap)."""
+        return sum(g["n"] for g in self.groups if self._keep(g, ""))
 
+    def facets(self) -> dict[str, list[tuple[str, int]]]:
+        """Counts per value of each filter, with the other filters applied (what clicking
+        it gives): ``{"tool": [(tool name, n)], "reason": [(reason, n)], "agent": [(agent
+        name, n)], "status": [(status, n)] (``open`` counts claimed items too, ``all``
+        every item), "assignee": [(anyone|me|unassigned, n)], "age": [(15m|1h|24h, n)]}``;
+        tool, reason and agent list at most 50 values, most items first."""
 
-def _status_counts(
-    *, project, filters: QueueFilters, user, now, agent_ids: dict[str, int]
-) -> dict[str, int]:
-    """Items per status with every filter but the status (the status facet). The open and
-    claimed ones are counted over their partial index. The closed ones, unless a reason or
-    age filter is set, come from the review tallies (``ReviewRollup``'s day cells of every
-    item closed so far: a read that grows with the days of history, not the items; a
-    closed item has no live claim, so "me" counts none and "unassigned" all); with one of
-    those filters, over the items."""
-    items = ReviewItem.objects.filter(project=project)
+        def top(skip: str, key) -> list[tuple[str, int]]:
+            return sorted(self._sums(skip, key).items(), key=lambda kv: (-kv[1], kv[0]))[:50]
 
-    def per_status(qs: QuerySet) -> dict[str, int]:
-        return dict(
-            _apply(qs, filters, project=project, user=user, now=now, skip="status")
-            .values_list("status")
-            .annotate(n=Count("*"))  # not the id: index-only
-            .order_by()
-        )
-
-    rows = per_status(items.filter(status__in=ReviewItem.OPEN_STATUSES))
-    if filters.reason or filters.age:
-        return rows | per_status(items.exclude(status__in=ReviewItem.OPEN_STATUSES))
-    if filters.assignee == "me":
-        return rows
-    agent_id = agent_ids.get(filters.agent) if filters.agent else None
-    if filters.agent and agent_id is None:  # no such agent: no item
-        return rows
-    return rows | tallies.closed_by_status(
-        project_id=project.pk, tool=filters.tool, agent_id=agent_id
-    )
+        statuses = self._sums("status", lambda g: g["status"])
+        by_assignee = [g for g in self.groups if self._keep(g, "assignee")]
+        by_age = [g for g in self.groups if self._keep(g, "age")]
+        return {
+            "tool": top("tool", lambda g: g["tool_name"]),
+            "reason": top("reason", lambda g: g["reason"]),
+            "agent": [
+                (name, n)
+                for name, n in top("agent", lambda g: self.names.get(g["agent_id"], ""))
+                if name
+            ],
+            "status": [
+                ("open", sum(statuses.get(s, 0) for s in ReviewItem.OPEN_STATUSES)),
+                *[(s, statuses.get(s, 0)) for s in ("claimed", "resolved", "expired", "settled")],
+                ("all", sum(statuses.values())),
+            ],
+            "assignee": [
+                ("anyone", sum(g["n"] for g in by_assignee)),
+                ("me", sum(g["n"] for g in by_assignee if g["mine"])),
+                ("unassigned", sum(g["n"] for g in by_assignee if not g["live"])),
+            ],
+            "age": [(k, sum(g["n"] for g in by_age if g[f"age_{k}"])) for k in AGE_CHOICES],
+        }
 
 
 def queue_progress(*, project, now=None) -> list[dict]:

@@ -153,23 +153,23 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
         before=selectors.QueueCursor.decode(request.GET.get("before")),
         last=request.GET.get("last") == "1",
     )
+    counts = selectors.QueueCounts.read(
+        project=request.project, filters=filters, user=request.user, now=now
+    )
     seen = _parse_seen(request.GET.get("seen"))
     selected = {int(v) for v in request.GET.getlist("ids") if v.isdigit()}
     return {
         "nav_active": "review",
         "filters": filters,
         "page": page,
+        "matching": counts.matching,
         "rows": _queue_rows(request, page.rows, filters=filters, seen=seen, selected=selected),
         "all_matching": request.GET.get("all_matching") == "1",
         # the poll reloads the same page
         "cursor_query": urlencode(
             {k: request.GET[k] for k in ("after", "before", "last") if request.GET.get(k)}
         ),
-        "facets": {}
-        if fragment
-        else selectors.queue_facets(
-            project=request.project, filters=filters, user=request.user, now=now
-        ),
+        "facets": {} if fragment else counts.facets(),
         "progress": [] if fragment else selectors.queue_progress(project=request.project, now=now),
         "operators": selectors.operators(project=request.project),
         "presets": services.REJECT_PRESETS,

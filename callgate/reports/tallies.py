@@ -35,7 +35,8 @@ to the decision as a log-scale bucket, ``PER_DOUBLING`` buckets a doubling
 percentile's bucket, read as its geometric middle (``bucket_seconds``): within
 2**(1/16) - 1 = 4.4 % of the exact nearest-rank value, as for a Prometheus histogram or
 HdrHistogram (decisions under 2**(1/8) s share the first bucket and read as about a
-second).
+second). The same additions count each item in ``reviews.ClosedItemCount`` (status, tool,
+agent and reason, of all time, no time cells): the queue's counts of closed items.
 
 Refused proposals
 -----------------
@@ -53,13 +54,13 @@ from datetime import datetime
 from typing import cast
 
 from django.db import connection, models, transaction
-from django.db.models import Field, Q, QuerySet, Sum
+from django.db.models import Count, Field, Q, QuerySet, Sum
 
 from callgate.metrics import hour_floor
 from callgate.models import CallEvent, RefusalRollup, Tally
 from callgate.reports.rollups import day_floor, rollup_range_q
 from callgate.taxonomy import REFUSALS
-from reviews.models import ReviewItem, ReviewRollup
+from reviews.models import ClosedItemCount, ReviewItem, ReviewRollup
 
 #: Cells per statement of ``tally_add`` (at most a dozen parameters each: under SQLite's
 #: limit of 32,766).
@@ -68,11 +69,16 @@ _CHUNK = 500
 
 #: First key of the transaction-scoped PostgreSQL advisory lock on one project's cells of a
 #: table (the second key is the project's ID): every addition holds it shared, a rebuild
-#: exclusively. Any fixed 32-bit numbers unused elsewhere ("cgtr", "cgtf").
-LOCK_CLASS: dict[type[Tally], int] = {ReviewRollup: 0x63677472, RefusalRollup: 0x63677466}
+#: exclusively. Any fixed 32-bit numbers unused elsewhere ("cgtr", "cgtf"); the two tables
+#: of closed review items share one (added to together, rebuilt together).
+LOCK_CLASS: dict[type[models.Model], int] = {
+    ReviewRollup: 0x63677472,
+    ClosedItemCount: 0x63677472,
+    RefusalRollup: 0x63677466,
+}
 
 
-def tally_lock(model: type[Tally], project_id: int, *, shared: bool) -> None:
+def tally_lock(model: type[models.Model], project_id: int, *, shared: bool) -> None:
     """Hold ``model``'s lock on the project's cells until the transaction ends: ``shared``
     to add to them (additions do not wait for each other), else to rebuild them (waits for
     the additions in flight to commit, and holds new ones back). PostgreSQL only: SQLite
@@ -117,10 +123,12 @@ def tally_key_columns(model: type[models.Model]) -> list[str]:
     return [cast(str, f.column) for f in _key_fields(model)]
 
 
-def tally_add(model: type[Tally], count: str, counts: dict[tuple, int]) -> None:
-    """Add ``counts`` (``tally_counts``' cells) to ``model``'s cells, column ``count``,
-    under the projects' shared ``tally_lock``: ``INSERT … ON CONFLICT DO UPDATE`` adding to
-    what is there (PostgreSQL and SQLite alike), the cells in key order. Call it in the transaction that writes what it counts, after that
+def tally_add(model: type[models.Model], count: str, counts: dict[tuple, int]) -> None:
+    """Add ``counts`` (``{cell key: n}``, the key's values in the order of ``model``'s unique
+    constraint, project ID first: ``tally_counts``' cells for a ``Tally``) to ``model``'s
+    cells, column ``count``, under the projects' shared ``tally_lock``: ``INSERT … ON
+    CONFLICT DO UPDATE`` adding to what is there (PostgreSQL and SQLite alike), the cells in
+    key order. Call it in the transaction that writes what it counts, after that
     transaction's other locks (a cell is the last thing it locks: no lock cycle)."""
     cells = sorted(counts.items())
     if not cells:
@@ -128,19 +136,20 @@ def tally_add(model: type[Tally], count: str, counts: dict[tuple, int]) -> None:
     for project_id in sorted({cell[0] for cell, _ in cells}):
         tally_lock(model, project_id, shared=True)
     table = connection.ops.quote_name(model._meta.db_table)
-    key = tally_key_columns(model)
-    columns = ", ".join(connection.ops.quote_name(c) for c in key)
+    fields = _key_fields(model)
+    columns = ", ".join(connection.ops.quote_name(cast(str, f.column)) for f in fields)
     target = connection.ops.quote_name(count)
-    bucket = key.index("bucket")
-    bucket_field = model._meta.get_field("bucket")
-    row = "(" + ", ".join(["%s"] * (len(key) + 1)) + ")"
+    # a Tally's bucket goes in as its column's value (ClosedItemCount has no datetime)
+    moments = [i for i, f in enumerate(fields) if isinstance(f, models.DateTimeField)]
+    row = "(" + ", ".join(["%s"] * (len(fields) + 1)) + ")"
     with connection.cursor() as cursor:
         for start in range(0, len(cells), _CHUNK):
             chunk = cells[start : start + _CHUNK]
             params: list = []
             for cell, n in chunk:
                 values = list(cell)
-                values[bucket] = bucket_field.get_db_prep_value(cell[bucket], connection)
+                for i in moments:
+                    values[i] = fields[i].get_db_prep_value(cell[i], connection)
                 params += [*values, n]
             cursor.execute(
                 f"INSERT INTO {table} ({columns}, {target}) VALUES {', '.join([row] * len(chunk))} "
@@ -183,7 +192,7 @@ def _cells_of(model: type[Tally], project_id: int, tool: str, agent_id: int | No
 
 
 def _rebuild(
-    model: type[Tally], measure: str, project_id: int, count: Callable[[], dict[tuple, int]]
+    model: type[models.Model], measure: str, project_id: int, count: Callable[[], dict[tuple, int]]
 ) -> int:
     """Replace ``model``'s cells of the project with ``count()`` (column ``measure``), in one
     transaction (readers see the old cells or the new), safe while things are added: the
@@ -244,6 +253,7 @@ class Closed:
     project_id: int
     tool_name: str
     agent_id: int | None
+    reason: str
     status: str
     resolution: str
     created_at: datetime
@@ -256,6 +266,7 @@ class Closed:
             project_id=item.project_id,
             tool_name=item.tool_name,
             agent_id=item.agent_id,
+            reason=item.reason,
             status=status,
             resolution=resolution,
             created_at=item.created_at,
@@ -279,32 +290,63 @@ def _review_counts(items: Iterable[Closed]) -> dict[tuple, int]:
     )
 
 
+def _closed_counts(items: Iterable[Closed]) -> dict[tuple, int]:
+    """The ``ClosedItemCount`` cells ``items`` count in, with how many of them each."""
+    out: dict[tuple, int] = {}
+    for item in items:
+        cell = (item.project_id, item.status, item.tool_name, item.agent_id or 0, item.reason)
+        out[cell] = out.get(cell, 0) + 1
+    return out
+
+
 def review_rollups_add(items: Iterable[Closed]) -> None:
-    """Count ``items``, just closed, in their cells. Call it in the transaction that closes
-    the items."""
-    tally_add(ReviewRollup, "items", _review_counts(items))
+    """Count ``items``, just closed, in their ``ReviewRollup`` and ``ClosedItemCount``
+    cells. Call it in the transaction that closes the items."""
+    closed = list(items)
+    tally_add(ReviewRollup, "items", _review_counts(closed))
+    tally_add(ClosedItemCount, "items", _closed_counts(closed))
 
 
 def review_rollups_rebuild(*, project_id: int) -> int:
-    """Recount every ``ReviewRollup`` cell of one project from its closed items (``_rebuild``:
-    safe while items close). Returns the cells written."""
+    """Recount every ``ReviewRollup`` and ``ClosedItemCount`` cell of one project from its
+    closed items, in one transaction (``_rebuild``: safe while items close). Returns the
+    cells written."""
     closed = (
         ReviewItem.objects.filter(project_id=project_id, resolved_at__isnull=False)
         .exclude(status__in=ReviewItem.OPEN_STATUSES)
-        .values_list("tool_name", "agent_id", "status", "resolution", "created_at", "resolved_at")
+        .values_list(
+            "tool_name", "agent_id", "reason", "status", "resolution", "created_at", "resolved_at"
+        )
     )
-    return _rebuild(
-        ReviewRollup,
-        "items",
-        project_id,
-        lambda: _review_counts(
-            Closed(project_id, tool, agent, status, resolution, created, resolved)
-            for tool, agent, status, resolution, created, resolved in closed.iterator(
-                chunk_size=5000
-            )
-            if resolved is not None  # the filter's; for the type checker
-        ),
+
+    per_cell = (
+        ReviewItem.objects.filter(project_id=project_id)
+        .exclude(status__in=ReviewItem.OPEN_STATUSES)
+        .values_list("status", "tool_name", "agent_id", "reason")
+        .annotate(n=Count("*"))
+        .order_by()
     )
+    with transaction.atomic():
+        return _rebuild(
+            ReviewRollup,
+            "items",
+            project_id,
+            lambda: _review_counts(
+                Closed(project_id, tool, agent, reason, status, resolution, created, resolved)
+                for tool, agent, reason, status, resolution, created, resolved in closed.iterator(
+                    chunk_size=5000
+                )
+                if resolved is not None  # the filter's; for the type checker
+            ),
+        ) + _rebuild(
+            ClosedItemCount,
+            "items",
+            project_id,
+            lambda: {
+                (project_id, status, tool, agent or 0, reason): n
+                for status, tool, agent, reason, n in per_cell
+            },
+        )
 
 
 def decided_cells(
@@ -333,20 +375,6 @@ def decided_cells(
         .values_list("status", "resolution", "decision_bucket", "n")
     )
     return list(rows)
-
-
-def closed_by_status(*, project_id: int, tool: str = "", agent_id: int | None = None) -> dict:
-    """Every item of the project closed so far, of ``tool`` and ``agent_id`` when given, by
-    status: one grouped read of the day cells (each closed item counted in one of them)."""
-    rows = (
-        _cells_of(ReviewRollup, project_id, tool, agent_id)
-        .filter(grain=Tally.Grain.DAY)
-        .values("status")
-        .annotate(n=Sum("items"))
-        .order_by()
-        .values_list("status", "n")
-    )
-    return {status: n for status, n in rows if n}
 
 
 # --- refused proposals --------------------------------------------------------------------

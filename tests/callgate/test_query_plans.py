@@ -198,9 +198,9 @@ class QueryPlanTests(TestCase):
         ):
             with self.subTest(filters=filters):
                 plans = self.plans_of(
-                    lambda f=filters: queue.queue_facets(
+                    lambda f=filters: queue.QueueCounts.read(
                         project=self.project, filters=f, user=self.user
-                    )
+                    ).facets()
                 )
                 for sql, plan in plans:
                     assert "callgate_toolcall" not in sql, sql

@@ -21,7 +21,7 @@ from callgate.models import Agent
 from callgate.reports import selectors as reports
 from callgate.reports import tallies as rollups
 from reviews import services
-from reviews.models import ReviewItem, ReviewRollup
+from reviews.models import ClosedItemCount, ReviewItem, ReviewRollup
 from tests.factories import BaseTestCase, make_review_item
 from tests.reviews.fixtures import make_call, make_item
 
@@ -34,6 +34,26 @@ def cells(project_id: int) -> dict[tuple, int]:
         for r in ReviewRollup.objects.filter(project_id=project_id)
         if r.items
     }  # fmt: skip
+
+
+def closed_counts(project_id: int) -> dict[tuple, int]:
+    """The project's ``ClosedItemCount`` cells as ``{(status, tool, agent, reason): items}``."""
+    return {
+        (r.status, r.tool_name, r.agent_id, r.reason): r.items
+        for r in ClosedItemCount.objects.filter(project_id=project_id)
+        if r.items
+    }
+
+
+def closed_items(project_id: int) -> dict[tuple, int]:
+    """What ``closed_counts`` should hold: the project's closed items counted directly."""
+    out: dict[tuple, int] = {}
+    for item in ReviewItem.objects.filter(project_id=project_id).exclude(
+        status__in=ReviewItem.OPEN_STATUSES
+    ):
+        key = (item.status, item.tool_name, item.agent_id or 0, item.reason)
+        out[key] = out.get(key, 0) + 1
+    return out
 
 
 def nearest_rank(values: list[float], q: float) -> float:
@@ -70,9 +90,14 @@ class ClosingPathsTests(BaseTestCase):
         human = [k for k in counted if k[5] == "resolved"]
         assert human and all(k[7] >= 1 for k in human)
         assert all(k[7] == 0 for k in counted if k[5] != "resolved")
+        # the queue's counts of closed items: one per status, tool, agent and reason
+        kept = closed_counts(self.project.pk)
+        assert kept == closed_items(self.project.pk)
+        assert sum(kept.values()) == 5
         # a recount from the items gives the same cells
         rollups.review_rollups_rebuild(project_id=self.project.pk)
         assert cells(self.project.pk) == counted
+        assert closed_counts(self.project.pk) == kept
 
     def test_a_rolled_back_decision_counts_nothing(self):
         item = make_item(self.project, self.agent)
@@ -80,23 +105,27 @@ class ClosingPathsTests(BaseTestCase):
             services.review_item_decide(item=item, user=self.alice, decision="reject", reason="No.")
             raise RuntimeError("the request failed after the decision")
         assert not ReviewRollup.objects.filter(project=self.project).exists()
+        assert not ClosedItemCount.objects.filter(project=self.project).exists()
 
     def test_a_conflicting_second_decision_counts_nothing_more(self):
         item = make_item(self.project, self.agent)
         services.review_item_decide(item=item, user=self.alice, decision="reject", reason="No.")
-        before = cells(self.project.pk)
+        before, kept = cells(self.project.pk), closed_counts(self.project.pk)
         with self.assertRaises(services.ReviewConflict):
             services.review_item_decide(item=item, user=self.bob, decision="reject", reason="No.")
         assert cells(self.project.pk) == before
+        assert closed_counts(self.project.pk) == kept == closed_items(self.project.pk)
 
     def test_the_backfill_command_recounts_and_is_idempotent(self):
         for _ in range(3):
             item = make_item(self.project, self.agent)
             services.review_item_decide(item=item, user=self.alice, decision="reject", reason="No.")
-        counted = cells(self.project.pk)
+        counted, kept = cells(self.project.pk), closed_counts(self.project.pk)
         ReviewRollup.objects.filter(project=self.project).update(items=99)  # drifted
+        ClosedItemCount.objects.filter(project=self.project).update(items=99)
         call_command("backfill_rollups", verbosity=0)
         assert cells(self.project.pk) == counted
+        assert closed_counts(self.project.pk) == kept
         call_command("backfill_rollups", "--project", self.project.slug, verbosity=0)
         assert cells(self.project.pk) == counted
 
@@ -106,10 +135,15 @@ class ClosingPathsTests(BaseTestCase):
             item = make_item(self.project, self.agent)
             services.review_item_decide(item=item, user=self.alice, decision=decision, reason="x")
         escalation.review_items_settle(call=make_item(self.project, self.agent).call, note="")
-        counted = cells(self.project.pk)
+        counted, kept = cells(self.project.pk), closed_counts(self.project.pk)
         ReviewRollup.objects.all().delete()
         migration.backfill(django_apps, None)
         assert cells(self.project.pk) == counted
+        ClosedItemCount.objects.all().delete()
+        importlib.import_module("reviews.migrations.0009_closed_item_count").backfill(
+            django_apps, None
+        )
+        assert closed_counts(self.project.pk) == kept
 
 
 class HistogramTests(BaseTestCase):

@@ -47,7 +47,7 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         make_item(self.project, self.agent, reason="retry_exhausted", tool="get_weather")
         self.login(self.alice)
         response = self.client.get(self.queue_url("tool=get_weather"))
-        assert response.context["page"].count == 1
+        assert response.context["matching"] == 1
         facets = dict(response.context["facets"]["tool"])
         assert facets == {
             "create_follow_up": 2,
@@ -58,7 +58,7 @@ class ReviewQueuePageTests(ReviewPageTestCase):
         response = self.client.get(self.queue_url("reason=retry_exhausted"))
         assert "reason: Retries exhausted ✕" in response.content.decode()
 
-    def test_pages_follow_queue_order_by_cursor_and_the_count_is_capped(self):
+    def test_pages_follow_queue_order_by_cursor_and_the_count_is_exact(self):
         from reviews import selectors
 
         items = [
@@ -80,10 +80,9 @@ class ReviewQueuePageTests(ReviewPageTestCase):
             assert [i.pk for i in last.rows] == [i.pk for i in expected[-3:]]
             back = self.client.get(self.queue_url(f"before={last.previous}")).context["page"]
             assert [i.pk for i in back.rows] == [i.pk for i in expected[1:4]]
-            with mock.patch.object(selectors, "COUNT_CAP", 5):
-                response = self.client.get(self.queue_url())
-        assert (response.context["page"].count, response.context["page"].capped) == (5, True)
-        assert "5+</span> matching" in response.content.decode()
+            response = self.client.get(self.queue_url())
+        assert response.context["matching"] == 7
+        assert '"match-count">7</span> matching' in response.content.decode()
         # a cursor that is not ours is ignored: the first page
         assert self.client.get(self.queue_url("after=x.y")).context["page"].previous is None
 
@@ -214,7 +213,7 @@ class ReviewQueuePageTests(ReviewPageTestCase):
     def test_it_keeps_other_projects_items_out(self):
         make_item(self.other_project, self.other_agent)
         self.login(self.alice)
-        assert self.client.get(self.queue_url()).context["page"].count == 0
+        assert self.client.get(self.queue_url()).context["matching"] == 0
 
     def test_it_pins_the_query_count_of_the_polled_fragment(self):
         from django.db import connection
@@ -233,9 +232,10 @@ class ReviewQueuePageTests(ReviewPageTestCase):
                 if 'FROM "reviews_reviewitem"' in q["sql"]
                 and 'COUNT(*) AS "__count" FROM "reviews_reviewitem" WHERE' not in q["sql"]
             ]
-            # the page's rows, its capped count and the "similar" counts of its rows (the
-            # navigation's count is the core's)
-            assert len(ours) == 3, ours
+            # the page's rows, the "similar" counts of its rows and the match count's two
+            # reads of items (the open ones, the closed ones opened in the last 24 h; the
+            # other closed ones are ClosedItemCount's); the navigation's count is the core's
+            assert len(ours) == 4, ours
             totals.append(len(queries.captured_queries))
         assert totals[0] == totals[1]
 
@@ -500,8 +500,9 @@ class ReviewItemPageTests(ReviewPageTestCase):
 
 
 class QueueFacetsAgreeTests(ReviewPageTestCase):
-    """Every facet count (one grouped read, summed per facet) equals the number of items
-    the queue lists when that value is picked with the other filters kept."""
+    """Every facet count and the match count (``QueueCounts``: open items grouped, closed
+    ones from ``ClosedItemCount`` with the young ones' ages corrected) equal the number of
+    items the queue lists when that value is picked with the other filters kept."""
 
     def test_each_facet_count_is_what_clicking_it_lists(self):
         import itertools
@@ -541,14 +542,20 @@ class QueueFacetsAgreeTests(ReviewPageTestCase):
             "agent": ["", other.name],
             "age": ["", "1h"],
             "assignee": ["anyone", "me", "unassigned"],
-            "status": ["open", "claimed", "all"],
+            "status": ["open", "claimed", "resolved", "settled", "all"],
         }
         names = list(choices)
+        every = {
+            "tool": ["create_follow_up", "get_weather", "issue_refund"],
+            "reason": ["outcome_unknown", "retry_exhausted", "conflict"],
+            "agent": [self.agent.name, other.name],
+        }
         for values in itertools.product(*(choices[n] for n in names)):
             filters = selectors.QueueFilters(**dict(zip(names, values, strict=True)))
-            facets = selectors.queue_facets(
+            counts = selectors.QueueCounts.read(
                 project=self.project, filters=filters, user=self.alice, now=now
             )
+            facets = counts.facets()
 
             def listed(filters=filters, **change) -> int:
                 f = selectors.QueueFilters(**{**filters.as_dict(), **change})
@@ -556,9 +563,15 @@ class QueueFacetsAgreeTests(ReviewPageTestCase):
                     project=self.project, filters=f, user=self.alice, now=now
                 ).count()
 
+            assert counts.matching == listed(), filters
             for name in ("tool", "reason", "agent"):
-                for value, n in facets[name]:
-                    assert n == listed(**{name: value}), (filters, name, value)
+                for value in every[name]:
+                    # every value that lists items has its count, and only those
+                    assert dict(facets[name]).get(value, 0) == listed(**{name: value}), (
+                        filters,
+                        name,
+                        value,
+                    )
             for value, n in facets["status"]:
                 assert n == listed(status=value), (filters, "status", value)
             for value, n in facets["assignee"]:

@@ -17,7 +17,7 @@ from callgate.timeparse import parse_time
 class Command(BaseCommand):
     help = (
         "Recompute CallRollup buckets from ToolCall (all projects, or one; all hours, or from "
-        "--since), ReviewRollup from the closed review items and RefusalRollup from the "
+        "--since), ReviewRollup and ClosedItemCount from the closed review items and RefusalRollup from the "
         "refused proposals (every hour)."
     )
 
