@@ -304,7 +304,7 @@ class QueueCounts:
 
     ``groups``: ``{"tool_name", "reason", "agent_id", "status", "live", "mine", "age_15m",
     "age_1h", "age_24h", "n"}`` dicts; ``n`` may be negative (a correction, below), a sum
-    never is. Three reads, none of which grows with the queue's history (``read``)."""
+    never is. Four reads, none of which grows with the queue's history (``read``)."""
 
     filters: QueueFilters
     groups: list[dict]
@@ -312,7 +312,7 @@ class QueueCounts:
 
     @classmethod
     def read(cls, *, project, filters: QueueFilters, user, now=None) -> QueueCounts:
-        """Group the project's items in three reads:
+        """Group the project's items in three reads (and the agents' names in a fourth):
 
         - the open and claimed items, over their partial index (as many as the backlog);
         - the closed ones from ``ClosedItemCount`` (one row per status, tool, agent and
