@@ -176,7 +176,16 @@ def review_items_settle_bulk(*, calls: list[ToolCall], note_by_call: dict[int, s
         items = list(
             ReviewItem.objects.select_for_update()
             .filter(call_id__in=by_pk, status__in=ReviewItem.OPEN_STATUSES)
-            .only("pk", "project_id", "call_id", "status", "tool_name", "agent", "created_at")
+            .only(
+                "pk",
+                "project_id",
+                "call_id",
+                "status",
+                "reason",
+                "tool_name",
+                "agent",
+                "created_at",
+            )
         )
         groups: dict[tuple[str, str], list[int]] = {}
         for item in items:

@@ -13,10 +13,12 @@ from django.db.models import (
     Count,
     Exists,
     ExpressionWrapper,
+    F,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
+    Value,
 )
 from django.utils import timezone
 
@@ -304,7 +306,7 @@ class QueueCounts:
 
     ``groups``: ``{"tool_name", "reason", "agent_id", "status", "live", "mine", "age_15m",
     "age_1h", "age_24h", "n"}`` dicts; ``n`` may be negative (a correction, below), a sum
-    never is. Four reads, none of which grows with the queue's history (``read``)."""
+    never is. Two statements, neither of which grows with the queue's history (``read``)."""
 
     filters: QueueFilters
     groups: list[dict]
@@ -312,7 +314,8 @@ class QueueCounts:
 
     @classmethod
     def read(cls, *, project, filters: QueueFilters, user, now=None) -> QueueCounts:
-        """Group the project's items in three reads (and the agents' names in a fourth):
+        """Group the project's items in one statement (one snapshot: an item closing
+        meanwhile is counted open or closed, never both), a ``UNION ALL`` of
 
         - the open and claimed items, over their partial index (as many as the backlog);
         - the closed ones from ``ClosedItemCount`` (one row per status, tool, agent and
@@ -320,56 +323,44 @@ class QueueCounts:
           live claim (a closed item has none);
         - the closed items opened less than the longest threshold (24 h) ago, over the
           ``resolved_at`` index (an item closes after it opens, so they closed in that
-          window too): each moves from "older than every threshold" to the thresholds it
-          has passed (a group of its own, and the same group with every age flag set and
-          ``-n``)."""
+          window too), twice: each moves from "older than every threshold" (``-n``) to
+          the thresholds it has passed (``n``);
+
+        and the agents' names in a second."""
         now = now or timezone.now()
         live = Q(status=ReviewItem.Status.CLAIMED, lease_expires_at__gt=now, assignee__isnull=False)
         ages = {f"age_{k}": Q(created_at__lte=now - d) for k, d in AGE_CHOICES.items()}
 
-        def grouped(qs: QuerySet, flags: dict[str, Q]) -> list[dict]:
-            return list(
-                qs.annotate(
-                    **{
-                        k: ExpressionWrapper(q, output_field=BooleanField())
-                        for k, q in flags.items()
-                    }
-                )
-                .values("tool_name", "reason", "agent_id", "status", *flags)
-                .annotate(n=Count("*"))
-                .order_by()
+        def flag(q: Q) -> ExpressionWrapper:
+            return ExpressionWrapper(q, output_field=BooleanField())
+
+        def part(qs: QuerySet, n, **flags) -> QuerySet:
+            """``qs`` as the union's columns: the keys, the flags in one order, ``n``."""
+            order = ("live", "mine", *ages)
+            return qs.values("tool_name", "reason", "agent_id", "status").annotate(
+                **{k: flags[k] for k in order}, n=n
             )
 
-        items = ReviewItem.objects.filter(project=project)
-        groups = grouped(
-            items.filter(status__in=ReviewItem.OPEN_STATUSES),
-            {"live": live, "mine": live & Q(assignee=user), **ages},
-        )
-        unclaimed = {"live": False, "mine": False}
-        old = dict.fromkeys(ages, True)
-        groups += [
-            {
-                "tool_name": tool,
-                "reason": reason,
-                "agent_id": agent or None,
-                "status": status,
-                **unclaimed,
-                **old,
-                "n": n,
-            }
-            for status, tool, agent, reason, n in ClosedItemCount.objects.filter(
-                project=project
-            ).values_list("status", "tool_name", "agent_id", "reason", "items")
-            if n
-        ]
+        unclaimed = {"live": Value(False), "mine": Value(False)}
+        old = {k: Value(True) for k in ages}
+        items = ReviewItem.objects.filter(project=project).order_by()
         since = now - max(AGE_CHOICES.values())
-        for g in grouped(
-            items.filter(resolved_at__gt=since, created_at__gt=since).exclude(
-                status__in=ReviewItem.OPEN_STATUSES
-            ),
-            ages,
-        ):
-            groups += [{**g, **unclaimed}, {**g, **unclaimed, **old, "n": -g["n"]}]
+        young = items.filter(resolved_at__gt=since, created_at__gt=since).exclude(
+            status__in=ReviewItem.OPEN_STATUSES
+        )
+        union = part(
+            items.filter(status__in=ReviewItem.OPEN_STATUSES),
+            Count("*"),
+            live=flag(live),
+            mine=flag(live & Q(assignee=user)),
+            **{k: flag(q) for k, q in ages.items()},
+        ).union(
+            part(ClosedItemCount.objects.filter(project=project), F("items"), **unclaimed, **old),
+            part(young, Count("*"), **unclaimed, **{k: flag(q) for k, q in ages.items()}),
+            part(young, Value(0) - Count("*"), **unclaimed, **old),
+            all=True,
+        )
+        groups = [{**g, "agent_id": g["agent_id"] or None} for g in union if g["n"]]
         names = dict(Agent.objects.filter(project=project).values_list("pk", "name"))
         return cls(filters=filters, groups=groups, names=names)
 

@@ -169,3 +169,58 @@ class ReviewTallyLockOrderTests(TransactionTestCase):
             for r in ReviewRollup.objects.filter(project=project)
         }
         assert rows[("expired", "total", "day")] == 2
+
+
+@unittest.skipUnless(connection.vendor == "postgresql", "needs concurrent transactions")
+class QueueCountsSnapshotTests(TransactionTestCase):
+    """The queue's counts read the open items and the closed ones' tally in one statement:
+    an item another operator closes while the counts are being read is counted once, as
+    open or as closed. Read apart, it was counted both open (first read) and closed
+    (second read): "4 matching" over three items."""
+
+    def test_an_item_closed_while_the_counts_are_read_is_counted_once(self):
+        from reviews.models import ClosedItemCount
+        from reviews.selectors import QueueCounts, QueueFilters, queue_items
+
+        project = Project.objects.create(slug="acme", name="Acme")
+        agent = Agent.objects.create(project=project, name="support-bot")
+        alice = get_user_model().objects.create_user("alice", password="x")
+        bob = get_user_model().objects.create_user("bob", password="x")
+        for user in (alice, bob):
+            Membership.objects.create(user=user, project=project, role=Membership.Role.OPERATOR)
+        items = [make_item(project, agent) for _ in range(3)]
+        errors: list = []
+
+        def decide() -> None:  # another operator, on another connection, commits a close
+            try:
+                services.review_item_decide(
+                    item=ReviewItem.objects.get(pk=items[0].pk),
+                    user=bob,
+                    decision="reject",
+                    reason="Duplicate.",
+                )
+            except Exception as exc:  # pragma: no cover - shown in the assertion
+                errors.append(repr(exc))
+            finally:
+                connection.close()
+
+        tally = ClosedItemCount.objects.filter
+        done: list = []
+
+        def filter_after_a_close(*args, **kwargs):  # the close lands mid-read
+            if not done:
+                done.append(True)
+                thread = threading.Thread(target=decide)
+                thread.start()
+                thread.join(10)
+            return tally(*args, **kwargs)
+
+        filters = QueueFilters(status="all")
+        with mock.patch.object(ClosedItemCount.objects, "filter", filter_after_a_close):
+            counts = QueueCounts.read(project=project, filters=filters, user=alice)
+        assert done and not errors, errors
+        listed = queue_items(project=project, filters=filters, user=alice).count()
+        statuses = dict(counts.facets()["status"])
+        assert counts.matching == listed == 3
+        assert statuses["open"] + statuses["resolved"] == statuses["all"] == 3, statuses
+        assert all(n >= 0 for _, n in counts.facets()["age"])

@@ -99,6 +99,21 @@ class ClosingPathsTests(BaseTestCase):
         assert cells(self.project.pk) == counted
         assert closed_counts(self.project.pk) == kept
 
+    def test_settling_items_in_bulk_takes_the_same_statements_for_one_or_ten(self):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        def statements(n: int) -> int:
+            calls = [make_item(self.project, self.agent).call for _ in range(n)]
+            with CaptureQueriesContext(connection) as queries:
+                assert escalation.review_items_settle_bulk(calls=calls, note_by_call={}) == n
+            return len(queries)
+
+        # the counts read what the items were loaded with (a field left out was one query
+        # an item, inside the ingest batch's transaction)
+        assert statements(1) == statements(10)
+        assert closed_counts(self.project.pk) == closed_items(self.project.pk)
+
     def test_a_rolled_back_decision_counts_nothing(self):
         item = make_item(self.project, self.agent)
         with self.assertRaises(RuntimeError), transaction.atomic():
