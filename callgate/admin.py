@@ -5,6 +5,26 @@ from django.contrib import admin, messages
 
 from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, InboxEvent, Membership, Project, ToolContract
+from callgate.reports.tallies import counts_rebuild
+
+
+class RecountOnDelete(admin.ModelAdmin):
+    """For an admin whose deletions take counted rows with them (an agent: its calls and
+    their events; not its review items, whose audit trail the admin may not delete, so an
+    agent that had any stays): the reports' rollups and the refused proposals' tallies are
+    kept by adding and cannot follow a deletion, so the projects touched are recounted
+    (``counts_rebuild``) in the deletion's transaction, as ``manage.py backfill_rollups``
+    would. It reads the project's history: as long as the deletion itself, or longer."""
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        counts_rebuild(project_id=obj.project_id)
+
+    def delete_queryset(self, request, queryset):
+        projects = sorted(set(queryset.values_list("project_id", flat=True)))
+        super().delete_queryset(request, queryset)
+        for project_id in projects:
+            counts_rebuild(project_id=project_id)
 
 
 class MembershipInline(admin.TabularInline):
@@ -38,7 +58,7 @@ def issue_key(modeladmin, request, queryset):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(RecountOnDelete):
     list_display = ["name", "project", "webhook_url", "created_at"]
     list_filter = ["project"]
     search_fields = ["name"]

@@ -57,8 +57,8 @@ from django.db import connection, models, transaction
 from django.db.models import Count, Field, Q, QuerySet, Sum
 
 from callgate.metrics import hour_floor
-from callgate.models import CallEvent, RefusalRollup, Tally
-from callgate.reports.rollups import day_floor, rollup_range_q
+from callgate.models import CallEvent, Project, RefusalRollup, Tally
+from callgate.reports.rollups import day_floor, rollup_range_q, rollups_rebuild
 from callgate.taxonomy import REFUSALS
 from reviews.models import ClosedItemCount, ReviewItem, ReviewRollup
 
@@ -209,6 +209,29 @@ def _rebuild(
         ]
         model.objects.bulk_create(rows, batch_size=5000)  # type: ignore[attr-defined]
     return len(rows)
+
+
+def counts_rebuild(
+    *,
+    project_id: int | None = None,
+    since: datetime | None = None,
+    progress: Callable[[int, int, tuple], None] | None = None,
+) -> dict[str, int]:
+    """Recount everything counted of one project (or of every one) from what is there:
+    the call rollups (``rollups.rollups_rebuild``, from ``since`` on, ``progress`` after
+    each bucket), the review tallies and the refused proposals' (whole). What ``manage.py
+    backfill_rollups`` and a deletion in the admin run: additions cannot follow a row
+    deleted (an agent deleted takes its calls, events and review items with it). Returns
+    ``{"buckets", "rows", "review_cells", "refusal_cells"}``."""
+    result = rollups_rebuild(project_id=project_id, since=since, progress=progress)
+    projects = Project.objects.order_by("pk").values_list("pk", flat=True)
+    if project_id is not None:
+        projects = projects.filter(pk=project_id)
+    return {
+        **result,
+        "review_cells": sum(review_rollups_rebuild(project_id=pk) for pk in projects),
+        "refusal_cells": sum(refusal_rollups_rebuild(project_id=pk) for pk in projects),
+    }
 
 
 # --- review items -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from django.apps import apps as django_apps
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import transaction
 from django.utils import timezone
@@ -159,6 +160,61 @@ class ClosingPathsTests(BaseTestCase):
             django_apps, None
         )
         assert closed_counts(self.project.pk) == kept
+
+
+class AdminDeletionTests(BaseTestCase):
+    """A deletion in the admin leaves every count of the project as a recount would make
+    it; the audit trail keeps the admin from deleting review items, so closed items never
+    leave ``ClosedItemCount`` counting what is gone."""
+
+    def setUp(self):
+        super().setUp()
+        root = get_user_model().objects.create_superuser("root", password="pw-123456789")
+        self.client.force_login(root)
+
+    def counted(self) -> dict[str, list]:
+        """Every row the project's rollups and tallies hold, as comparable tuples."""
+        from callgate.models import CallRollup, RefusalRollup, RollupCube
+
+        out = {}
+        for model in (CallRollup, RollupCube, RefusalRollup, ReviewRollup, ClosedItemCount):
+            rows = model.objects.filter(project=self.project).values()
+            out[model.__name__] = sorted(
+                tuple(sorted((k, str(v)) for k, v in row.items() if k != "id")) for row in rows
+            )
+        return out
+
+    def test_deleting_an_agent_leaves_the_counts_a_recount_would_make(self):
+        from tests.reviews.fixtures import make_call
+
+        retired = Agent.objects.create(project=self.project, name="retired-bot")
+        for agent in (retired, retired, self.agent):
+            make_call(self.project, agent, reason="ok", state="succeeded")
+        self.close(self.agent)
+        rollups.counts_rebuild(project_id=self.project.pk)
+        before = self.counted()
+        response = self.client.post(f"/admin/callgate/agent/{retired.pk}/delete/", {"post": "yes"})
+        assert response.status_code == 302 and not Agent.objects.filter(pk=retired.pk).exists()
+        after = self.counted()
+        assert after != before  # the retired agent's calls were counted, and are no more
+        rollups.counts_rebuild(project_id=self.project.pk)
+        assert self.counted() == after
+
+    def test_an_agent_or_item_with_an_audit_trail_cannot_be_deleted(self):
+        item = self.close(self.agent)
+        before = self.counted()
+        for path in (
+            f"/admin/callgate/agent/{self.agent.pk}/delete/",
+            f"/admin/reviews/reviewitem/{item.pk}/delete/",
+        ):
+            assert self.client.post(path, {"post": "yes"}).status_code == 403, path
+        assert ReviewItem.objects.filter(pk=item.pk).exists()
+        assert self.counted() == before
+
+    def close(self, agent) -> ReviewItem:
+        item = make_item(self.project, agent)
+        services.review_item_decide(item=item, user=self.alice, decision="reject", reason="x")
+        return item
 
 
 class HistogramTests(BaseTestCase):

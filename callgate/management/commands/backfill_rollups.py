@@ -9,8 +9,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from callgate.models import Project
-from callgate.reports.rollups import rollups_rebuild
-from callgate.reports.tallies import refusal_rollups_rebuild, review_rollups_rebuild
+from callgate.reports.tallies import counts_rebuild
 from callgate.timeparse import parse_time
 
 
@@ -49,15 +48,11 @@ class Command(BaseCommand):
                     f"{done}/{total} buckets ({done * 100 // total}%) · last {bucket[1]:%Y-%m-%d %H:00}Z"
                 )
 
-        result = rollups_rebuild(project_id=project_id, since=since_at, progress=progress)
-        projects = Project.objects.order_by("pk").values_list("pk", flat=True)
-        if project_id is not None:
-            projects = projects.filter(pk=project_id)
-        review_cells = sum(review_rollups_rebuild(project_id=pk) for pk in projects)
-        refusal_cells = sum(refusal_rollups_rebuild(project_id=pk) for pk in projects)
+        result = counts_rebuild(project_id=project_id, since=since_at, progress=progress)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Done: {result['buckets']} buckets, {result['rows']} rollup rows, "
-                f"{review_cells} review rollup rows, {refusal_cells} refusal rollup rows."
+                f"{result['review_cells']} review rollup rows, "
+                f"{result['refusal_cells']} refusal rollup rows."
             )
         )
