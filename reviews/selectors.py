@@ -334,6 +334,8 @@ class QueueCounts:
         def flag(q: Q) -> ExpressionWrapper:
             return ExpressionWrapper(q, output_field=BooleanField())
 
+        aged = {k: flag(q) for k, q in ages.items()}
+
         def part(qs: QuerySet, n, **flags) -> QuerySet:
             """``qs`` as the union's columns: the keys, the flags in one order, ``n``."""
             order = ("live", "mine", *ages)
@@ -353,10 +355,10 @@ class QueueCounts:
             Count("*"),
             live=flag(live),
             mine=flag(live & Q(assignee=user)),
-            **{k: flag(q) for k, q in ages.items()},
+            **aged,
         ).union(
             part(ClosedItemCount.objects.filter(project=project), F("items"), **unclaimed, **old),
-            part(young, Count("*"), **unclaimed, **{k: flag(q) for k, q in ages.items()}),
+            part(young, Count("*"), **unclaimed, **aged),
             part(young, Value(0) - Count("*"), **unclaimed, **old),
             all=True,
         )

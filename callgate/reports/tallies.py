@@ -221,7 +221,7 @@ def counts_rebuild(
     the call rollups (``rollups.rollups_rebuild``, from ``since`` on, ``progress`` after
     each bucket), the review tallies and the refused proposals' (whole). What ``manage.py
     backfill_rollups`` and a deletion in the admin run: additions cannot follow a row
-    deleted (an agent deleted takes its calls, events and review items with it). Returns
+    deleted (an agent deleted takes its calls and their events with it). Returns
     ``{"buckets", "rows", "review_cells", "refusal_cells"}``."""
     result = rollups_rebuild(project_id=project_id, since=since, progress=progress)
     projects = Project.objects.order_by("pk").values_list("pk", flat=True)

@@ -16,8 +16,8 @@ from callgate.timeparse import parse_time
 class Command(BaseCommand):
     help = (
         "Recompute CallRollup buckets from ToolCall (all projects, or one; all hours, or from "
-        "--since), ReviewRollup and ClosedItemCount from the closed review items and RefusalRollup from the "
-        "refused proposals (every hour)."
+        "--since), ReviewRollup and ClosedItemCount from the closed review items and "
+        "RefusalRollup from the refused proposals (every hour)."
     )
 
     def add_arguments(self, parser):
