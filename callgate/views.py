@@ -7,6 +7,7 @@ calls list serves both the full page and its rows fragment (htmx polling) from o
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -23,12 +24,14 @@ from callgate import labels, metrics, selectors, services
 from callgate.access import ProjectRequest, Role, project_view, user_projects
 from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, ToolCall
+from callgate.paths import PathOf
 from callgate.reports import overview as overview_selectors
 from callgate.reports.overview import project_overview
 from callgate.reports.views import Links
 from callgate.schemas import ContractIn, error_list
 from callgate.selectors import TIME_PRESETS, CallFilters, Cursor
 from callgate.taxonomy import Category, Reason, Route
+from callgate.templatetags.callgate_tags import badge, moment, short_op
 from callgate.timeparse import parse_time
 
 #: query parameters of the calls list that narrow it (the reports link with these)
@@ -208,6 +211,38 @@ def _calls_total(*, project, filters: CallFilters, counts: dict[str, int]) -> in
     return selectors.calls_filtered(project=project, filters=filters).count()
 
 
+@dataclass(frozen=True)
+class CallRow:
+    """What one row of the calls list shows, ready to draw (as the review queue's
+    ``QueueRow``): its link, badge, state label, operation ID and time."""
+
+    call: ToolCall
+    url: str
+    badge: str
+    state: str
+    operation: str
+    created: str
+    new: bool
+
+
+def _call_rows(project, calls: list[ToolCall], *, seen: int | None) -> list[CallRow]:
+    """The rows of ``calls``: the detail path reversed once per page (``PathOf``); rows
+    with an ID above ``seen`` (the newest the browser has shown) are new."""
+    detail_path = PathOf("callgate:call_detail", project.slug)
+    return [
+        CallRow(
+            call=call,
+            url=detail_path(call.operation_id),
+            badge=badge(call.reason, call.category),
+            state=labels.label(call.state, "state"),
+            operation=short_op(call.operation_id),
+            created=moment(call.created_at, True),
+            new=bool(seen and call.pk > seen),
+        )
+        for call in calls
+    ]
+
+
 @require_GET
 @vary_on_headers("HX-Request")
 @project_view()
@@ -227,7 +262,7 @@ def calls(request: ProjectRequest) -> HttpResponse:
     query = _query(request.GET)
     context: dict[str, Any] = {
         "page": page,
-        "seen": seen,
+        "rows": _call_rows(project, page.rows, seen=seen),
         "newest_id": newest,
         "live": live,
         "query": query,

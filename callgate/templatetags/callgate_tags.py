@@ -3,12 +3,16 @@ short operation IDs with a copy button, and links to pages that may not be insta
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC
 from typing import Any
 
 from django import template
+from django.dispatch import receiver
+from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, reverse
+from django.utils.autoreload import file_changed
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
@@ -66,11 +70,18 @@ def has_redactions(value: Any) -> bool:
     return value == REDACTED
 
 
-@register.inclusion_tag("callgate/_badge.html")
-def badge(reason: str = "", category: str = "") -> dict:
-    """The category-coloured badge with the reason's label as its text and the slugs in
-    the tooltip. The category is derived from the reason when not given; no reason shows
-    the category's label (or "Not classified yet")."""
+@register.simple_tag
+def badge(reason: str = "", category: str = "") -> SafeString:
+    """The category-coloured badge (``callgate/_badge.html``) with the reason's label as its
+    text and the slugs in the tooltip. The category is derived from the reason when not
+    given; no reason shows the category's label (or "Not classified yet"). Drawn once per
+    (reason, category) and process: labels never change while it runs, and a list page
+    shows the same few badges on every row."""
+    return _badge_html(reason or "", category or "")
+
+
+@functools.lru_cache(maxsize=1024)
+def _badge_html(reason: str, category: str) -> SafeString:
     if reason and not category and reason in Reason.values:
         category = category_of(reason).value
     text = labels.label(reason, "reason") if reason else labels.label(category, "category")
@@ -79,11 +90,17 @@ def badge(reason: str = "", category: str = "") -> dict:
     title = " · ".join(
         part for part in (reason, labels.label(category, "category") if category else "") if part
     )
-    return {
-        "category": category or "none",
-        "label": text,
-        "title": title or "no classification yet",
-    }
+    return render_to_string(
+        "callgate/_badge.html",
+        {"category": category or "none", "label": text, "title": title or "no classification yet"},
+    )
+
+
+@receiver(file_changed, dispatch_uid="callgate_badges_file_changed")
+def _template_changed(sender, file_path, **kwargs) -> None:
+    """``runserver``: an edited template is drawn anew (as Django's template loaders are)."""
+    if file_path.suffix != ".py":
+        _badge_html.cache_clear()
 
 
 @register.filter
@@ -124,11 +141,10 @@ def copy_button(text: str, label: str = "Copy") -> SafeString:
 def short_op(operation_id: str, length: int = SHORT_OP_LENGTH) -> SafeString:
     """The operation ID shortened to ``length`` characters (full on hover) and a copy button."""
     short = operation_id if len(operation_id) <= length + 1 else operation_id[:length] + "…"
-    return format_html(
-        '<span class="op" title="{}">{}</span>{}',
-        operation_id,
-        short,
-        copy_button(operation_id, f"Copy operation ID {operation_id}"),
+    whole = escape(operation_id)
+    return mark_safe(
+        f'<span class="op" title="{whole}">{escape(short)}</span>'
+        + copy_button(operation_id, f"Copy operation ID {operation_id}")
     )
 
 
@@ -238,14 +254,11 @@ def moment(value, relative: bool = False, minutes: bool = False) -> SafeString:
     if not value:
         return mark_safe("—")
     utc = value.astimezone(UTC)
-    return format_html(
-        '<time datetime="{}" {} title="{}">{}</time>',
-        utc.isoformat(),
-        mark_safe(
-            "data-relative" if relative else ('data-local="minutes"' if minutes else "data-local")
-        ),
-        utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
-        utc.strftime("%Y-%m-%d %H:%M UTC"),
+    kind = "data-relative" if relative else ('data-local="minutes"' if minutes else "data-local")
+    # nothing to escape: the text is the time's own digits, dashes and colons
+    return mark_safe(
+        f'<time datetime="{utc.isoformat()}" {kind} title="{utc:%Y-%m-%d %H:%M:%S} UTC">'
+        f"{utc:%Y-%m-%d %H:%M} UTC</time>"
     )
 
 

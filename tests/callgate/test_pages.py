@@ -251,6 +251,31 @@ class CallsListTests(BaseTestCase):
         assert f'"seen": "{new.pk}"' in body
         assert "HX-Request" in response["Vary"]
 
+    def test_its_row_links_match_reverse_for_any_operation_id(self):
+        # the detail path is reversed once per page (PathOf) and each ID quoted into it
+        awkward = [
+            "req-1/get_weather/abc",
+            "op with spaces",
+            "op?x=1#frag",
+            "op%41",
+            "opérätion/ü",
+            "op&<b>\"'",
+            "~:@!$&'()*+,;=",
+        ]
+        for operation_id in awkward:
+            make_call(self.agent, operation_id=operation_id)
+        response = self.client.get(self.url)
+        links = {row.call.operation_id: row.url for row in response.context["rows"]}
+        for operation_id in awkward:
+            expected = reverse("callgate:call_detail", args=["acme", operation_id])
+            assert links[operation_id] == expected, operation_id
+            detail = self.client.get(expected)
+            assert detail.status_code == 200, operation_id
+            assert detail.context["call"].operation_id == operation_id
+        # drawn escaped, in the link, the tooltip and the copy button alike
+        body = response.content.decode()
+        assert "op&amp;&lt;b&gt;&quot;&#x27;" in body and "op&<b>" not in body
+
     def test_it_renders_the_full_page_for_boosted_requests(self):
         response = self.client.get(self.url, HTTP_HX_REQUEST="true", HTTP_HX_BOOSTED="true")
         assert b"<form" in response.content
