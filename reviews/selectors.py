@@ -140,6 +140,20 @@ def absent_reconciliations() -> QuerySet:
 QUEUE_ORDER = ("priority", "created_at", "pk")
 #: What a queue row shows of an item's call, agent, contract and assignee.
 ROW_RELATIONS = ("call", "call__agent", "call__contract", "assignee")
+#: The columns a queue row shows (``reviews.views.QueueRow``, ``queue.html#queue-row``):
+#: the rest of a call (its arguments and receipt), of its contract (schema, lint findings)
+#: and of the item were most of a row's cost, and rows are the only part of the page whose
+#: cost grows with it. A test pins the page's query count, whatever its rows.
+ROW_FIELDS = (
+    *("id", "project_id", "call_id", "kind", "status", "reason", "tool_name", "agent_id"),
+    *("priority", "assignee_id", "lease_expires_at", "approval_expires_at", "resolution"),
+    *("agent_retries", "created_at"),
+    *("call__id", "call__operation_id", "call__tool_name", "call__attempts", "call__reason"),
+    *("call__observation", "call__state", "call__agent_id", "call__contract_id"),
+    *("call__agent__id", "call__agent__name"),
+    *("call__contract__id", "call__contract__max_attempts", "call__contract__effect"),
+    *("call__contract__reconcile_method", "assignee__id", "assignee__username"),
+)
 
 
 def queue_items(*, project, filters: QueueFilters, user, now=None) -> QuerySet:
@@ -231,10 +245,10 @@ def queue_page(
     size: int | None = None,
 ) -> QueuePage:
     """A page of ``queue_items``: the ``size`` items after ``after``, or before ``before``,
-    or the last ones (``last``), or the first. Each row gets ``n_similar`` (other open items
-    of the project with the same tool and reason) from one grouped query over the page's
-    pairs. Three queries whatever the page or the project's size: the page's keys over the
-    items alone, then those items with their calls, agents, contracts and assignees."""
+    or the last ones (``last``), or the first, each with ``has_absent`` (``annotate_rows``).
+    Two queries whatever the page or the project's size: the page's keys over the items
+    alone, then those items with the columns of their calls, agents, contracts and assignees
+    a row shows (``ROW_FIELDS``), in one; the rows' reconciliations in the other."""
     size = size or PAGE_SIZE
     qs = queue_items(project=project, filters=filters, user=user, now=now)
     backwards = before is not None or last
@@ -248,7 +262,10 @@ def queue_page(
     # joined before the limit, every match (an operator's thousand claims) was read whole
     keys = qs.values("pk")[: size + 1]
     page = (
-        ReviewItem.objects.filter(pk__in=keys).select_related(*ROW_RELATIONS).order_by(*QUEUE_ORDER)
+        ReviewItem.objects.filter(pk__in=keys)
+        .select_related(*ROW_RELATIONS)
+        .only(*ROW_FIELDS)
+        .order_by(*QUEUE_ORDER)
     )
     rows = list(page.reverse() if backwards else page)
     if backwards:
@@ -266,12 +283,11 @@ def queue_page(
 
 
 def annotate_rows(*, project, rows: list) -> None:
-    """What a page's rows show, in two queries over those rows only: ``n_similar`` (open
-    items of ``project`` with the row's tool and reason, less one) and ``has_absent`` (a
-    reconciliation proved the latest attempt absent). As a correlated subquery in the
-    page's query, the latter was planned as a hashed scan of every tenant's events."""
-    from reviews.models import ReviewItem
-
+    """``has_absent`` on each of a page's rows (a reconciliation proved the latest attempt
+    absent; what the one-key approve needs), in one query over those rows only. As a
+    correlated subquery in the page's query, it was planned as a hashed scan of every
+    tenant's events. (How many open items share a row's tool and reason is
+    ``QueueCounts.similar``.)"""
     if not rows:
         return
     absent = set(
@@ -281,20 +297,6 @@ def annotate_rows(*, project, rows: list) -> None:
     )
     for item in rows:
         item.has_absent = item.call_id in absent
-    counts = {
-        (r["tool_name"], r["reason"]): r["n"]
-        for r in ReviewItem.objects.filter(
-            project=project,
-            status__in=ReviewItem.OPEN_STATUSES,
-            reason__in={i.reason for i in rows},
-            tool_name__in={i.tool_name for i in rows},
-        )
-        .values("tool_name", "reason")
-        .annotate(n=Count("pk"))
-        .order_by()
-    }
-    for item in rows:
-        item.n_similar = counts.get((item.tool_name, item.reason), 0) - 1
 
 
 @dataclass(frozen=True)
@@ -395,6 +397,16 @@ class QueueCounts:
             if self._keep(g, skip):
                 out[key(g)] = out.get(key(g), 0) + g["n"]
         return {k: n for k, n in out.items() if n}
+
+    def similar(self) -> dict[tuple[str, str], int]:
+        """Open items (open or claimed, whatever the filters) per ``(tool name, reason)``:
+        the queue row's "3 similar" is its pair's count less the row itself."""
+        out: dict[tuple[str, str], int] = {}
+        for g in self.groups:
+            if g["status"] in ReviewItem.OPEN_STATUSES:
+                key = (g["tool_name"], g["reason"])
+                out[key] = out.get(key, 0) + g["n"]
+        return out
 
     @cached_property
     def matching(self) -> int:

@@ -17,7 +17,6 @@ from django.contrib import messages
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.template.defaultfilters import urlencode as urlencode_value
-from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -25,8 +24,10 @@ from django.views.decorators.vary import vary_on_headers
 
 from callgate.access import ProjectRequest, Role, project_view
 from callgate.csvexport import csv_safe
+from callgate.models import ToolContract
+from callgate.paths import PathOf
 from callgate.selectors import open_review_count
-from callgate.templatetags.callgate_tags import badge, moment
+from callgate.templatetags.callgate_tags import badge, moment, short_op
 from callgate.timeparse import parse_time
 from reviews import selectors, services
 from reviews.forms import BulkForm, CommentForm, DecisionForm, ExtendForm
@@ -49,35 +50,29 @@ def _get_item(request, pk: int) -> ReviewItem:
 # --- queue -----------------------------------------------------------------------------------
 
 
-class _PathOf:
-    """The paths of one URL pattern of the project for many items, reversed once (with a
-    stand-in id whose place each item's id takes): reversing 17 URLs per row was a third of
-    a 50-row queue page's time."""
-
-    STAND_IN = 987654321
-
-    def __init__(self, name: str, slug: str) -> None:
-        path = reverse(name, args=[slug, self.STAND_IN])
-        self.head, _, self.tail = path.rpartition(str(self.STAND_IN))
-
-    def __call__(self, pk: int) -> str:
-        return f"{self.head}{pk}{self.tail}"
-
-
 @dataclass(frozen=True)
 class QueueRow:
     """What one queue row shows, ready to draw: its links, its badge and age, who holds the
-    claim (``holder``: the assignee while the lease is live) and the one-key approve."""
+    claim (``holder``: the assignee while the lease is live) and the one-key approve. Each
+    value a row shows is read here once (a template's dotted look-up costs microseconds a
+    step: a 50-row page spent more drawing its rows than reading them)."""
 
     item: ReviewItem
+    is_open: bool
+    tool: str
+    agent: str
+    attempts: str
+    reconcilable: bool
     new: bool
     selected: bool
     url: str
     claim_url: str
     decide_url: str
     reconcile_url: str
+    similar: int
     similar_url: str
     badge: str
+    operation: str
     age: str
     holder: Any
     mine: bool
@@ -85,35 +80,50 @@ class QueueRow:
 
 
 def _queue_rows(
-    request, items: list, *, filters: selectors.QueueFilters, seen=None, selected=frozenset()
+    request,
+    items: list,
+    *,
+    filters: selectors.QueueFilters,
+    similar: dict[tuple[str, str], int],
+    seen=None,
+    selected=frozenset(),
 ) -> list[QueueRow]:
-    """The rows of ``items``: each URL pattern reversed once per page, each reason's badge
-    drawn once, the filters' query string built once."""
+    """The rows of ``items``: each URL pattern reversed once per page (``PathOf``), the
+    filters' query string built once; ``similar``: open items per (tool, reason)
+    (``QueueCounts.similar``)."""
     slug = request.project.slug
     item_path, claim_path, decide_path, reconcile_path = (
-        _PathOf(f"reviews:{name}", slug) for name in ("item", "claim", "decide", "reconcile")
+        PathOf(f"reviews:{name}", slug) for name in ("item", "claim", "decide", "reconcile")
     )
-    similar = f"{reverse('reviews:queue', args=[slug])}?{filters.query_string}"
-    badges: dict[str, str] = {}
+    similar_path = f"{reverse('reviews:queue', args=[slug])}?{filters.query_string}"
     now = timezone.now()
     rows = []
     for item in items:
-        if item.reason not in badges:
-            badges[item.reason] = render_to_string("callgate/_badge.html", badge(item.reason))
+        call, contract = item.call, item.call.contract
         holder = item.assignee if item.lease_active(now) else None
         decision, why = services.queue_approve_action(item, user=request.user)
         rows.append(
             QueueRow(
                 item=item,
+                is_open=item.is_open,
+                tool=call.tool_name or "?",
+                agent=call.agent.name,
+                attempts=f"{call.attempts}/{contract.max_attempts}"
+                if contract
+                else str(call.attempts),
+                reconcilable=contract is not None
+                and contract.reconcile_method == ToolContract.ReconcileMethod.HTTP,
                 new=bool(seen and item.created_at > seen),
                 selected=item.pk in selected,
                 url=item_path(item.pk),
                 claim_url=claim_path(item.pk),
                 decide_url=decide_path(item.pk),
                 reconcile_url=reconcile_path(item.pk),
-                similar_url=f"{similar}&tool={urlencode_value(item.call.tool_name)}"
+                similar=similar.get((item.tool_name, item.reason), 0) - 1,
+                similar_url=f"{similar_path}&tool={urlencode_value(call.tool_name)}"
                 f"&reason={urlencode_value(item.reason)}",
-                badge=badges[item.reason],
+                badge=badge(item.reason),
+                operation=short_op(call.operation_id),
                 age=moment(item.created_at, True),
                 holder=holder,
                 mine=holder is not None and holder.pk == request.user.pk,
@@ -163,7 +173,14 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
         "filters": filters,
         "page": page,
         "matching": counts.matching,
-        "rows": _queue_rows(request, page.rows, filters=filters, seen=seen, selected=selected),
+        "rows": _queue_rows(
+            request,
+            page.rows,
+            filters=filters,
+            similar=counts.similar(),
+            seen=seen,
+            selected=selected,
+        ),
         "all_matching": request.GET.get("all_matching") == "1",
         # the poll reloads the same page
         "cursor_query": urlencode(
@@ -349,8 +366,13 @@ def _answer_body(request, item: ReviewItem, *, ok: str, error: str, status: int)
             project=request.project, filters=selectors.QueueFilters(status="all"), user=request.user
         ).get(pk=item.pk)
         selectors.annotate_rows(project=request.project, rows=[row])
+        counts = selectors.QueueCounts.read(
+            project=request.project, filters=selectors.QueueFilters(), user=request.user
+        )
         context = {
-            "row": _queue_rows(request, [row], filters=selectors.QueueFilters())[0],
+            "row": _queue_rows(
+                request, [row], filters=selectors.QueueFilters(), similar=counts.similar()
+            )[0],
             "now": timezone.now(),
             "can_act": True,
             "row_flash": error or ok,
