@@ -58,7 +58,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from callgate.auth import api_key_issue  # noqa: E402
-from callgate.models import Agent, Membership, Project, ToolCall  # noqa: E402
+from callgate.models import Membership, Project, ToolCall  # noqa: E402
 from callgate.reports.api import REPORT_APIS  # noqa: E402
 from demo.seeding import seed_scale  # noqa: E402
 from reviews.models import ReviewItem  # noqa: E402
@@ -83,12 +83,19 @@ def project_of_size(calls: int) -> Project:
     return project
 
 
+def sample_call(project: Project) -> ToolCall:
+    """The call the detail pages load: the 501st newest."""
+    return ToolCall.objects.filter(project=project).order_by("-created_at")[500:501].get()
+
+
 def targets(project: Project) -> list[tuple[str, str, str, dict]]:
     """(label, method, path, data) of every page and read API of ``project``."""
     base = f"/p/{project.slug}"
-    call = ToolCall.objects.filter(project=project).order_by("-created_at")[500:501].get()
+    call = sample_call(project)
     item = ReviewItem.objects.filter(project=project).order_by("-pk").first()
-    agent = Agent.objects.filter(project=project).order_by("name").first()
+    # the sample call's agent: one with calls at every size (the first agent by name had
+    # none in the 10k project, so its filtered pages compared an empty list with a full one)
+    agent = call.agent
     pages = [
         ("overview", "GET", f"{base}/", {}),
         ("calls", "GET", f"{base}/calls/", {}),
@@ -139,7 +146,7 @@ def targets(project: Project) -> list[tuple[str, str, str, dict]]:
             pages.append(
                 (f"API reports/{name} {days}d", "API", f"/api/v1/reports/{name}", {"days": days})
             )
-    # the API shows a key only its own agent's calls (the key is the first agent's)
+    # the API shows a key only its own agent's calls (the key is that agent's: main())
     own = ToolCall.objects.filter(project=project, agent=agent).order_by("-created_at")[500:501]
     own_call = own.get()
     pages.append(("API calls", "API", "/api/v1/calls", {}))
@@ -177,8 +184,7 @@ def main() -> None:
         Membership.objects.update_or_create(
             user=user, project=project, defaults={"role": Membership.Role.ADMIN}
         )
-        agent = Agent.objects.filter(project=project).order_by("name").first()
-        keys[project.pk] = api_key_issue(agent=agent).plain
+        keys[project.pk] = api_key_issue(agent=sample_call(project).agent).plain
         plans[project.pk] = [t for t in targets(project) if not args.only or args.only in t[0]]
 
     def rows_of(response) -> str:
