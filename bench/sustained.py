@@ -2,12 +2,16 @@
 
 Usage:  DATABASE_URL=postgres://postgres@127.0.0.1:5432/callgate_bench \\
         CELERY_BROKER_URL=redis://127.0.0.1:6379/5 \\
-        python bench/sustained.py [--seconds 60] [--clients 3] [--workers 2] [--flow both]
+        python bench/sustained.py [--seconds 60] [--clients 3] [--workers 2] [--projects 1]
+                                  [--flow both]
 
 For each flow, ``--clients`` processes (forked, like gunicorn's workers) send batches of 500
 events to ``POST /api/v1/events`` through the WSGI application for ``--seconds`` while
 ``--workers`` Celery worker processes (``celery -A callgate worker``, the broker above)
-apply them, as in production (each request enqueues its project's drain task). Flows:
+apply them, as in production (each request enqueues its project's drain task). The clients
+send to ``--projects`` tenants (client k to project k mod N): one project's events are applied
+in arrival order, by one drainer at a time; several projects', by the workers in parallel.
+Flows:
 
   - ``new``: proposals, each creating its call;
   - ``attempts``: successful attempts naming calls the gate allowed earlier by operation ID
@@ -138,23 +142,34 @@ def client(key: str, seconds: float, flow: str, operations: list[str], sent, ref
     connections.close_all()
 
 
-def run_flow(flow: str, options) -> None:
+def tenant(flow: str, options) -> tuple[Project, str, list[str]]:
+    """A project with its agent's key and the weather contract; for the attempts flow, the
+    operation IDs of its share of ``options.calls`` allowed calls."""
     project = Project.objects.create(slug=f"sustained-{uuid.uuid4().hex[:8]}", name="sustained")
     agent = Agent.objects.create(project=project, name="sustained-agent")
     key = api_key_issue(agent=agent).plain
     code, content = call("PUT", "/api/v1/tools/get_weather", json.dumps(WEATHER).encode(), key)
     assert code == 201, content[:300]
-    operations: list[str] = []
-    if flow == "attempts":
-        operations = allowed_calls(project, agent, options.calls)
-    shares = [operations[k :: options.clients] for k in range(options.clients)]
+    calls = options.calls // options.projects
+    operations = allowed_calls(project, agent, calls) if flow == "attempts" else []
+    return project, key, operations
+
+
+def run_flow(flow: str, options) -> None:
+    tenants = [tenant(flow, options) for _ in range(options.projects)]
+    projects = [project for project, _, _ in tenants]
+    # client k sends to project k mod --projects, a share of that project's operations
+    shares = []
+    for j, (_, key, operations) in enumerate(tenants):
+        senders = len(range(j, options.clients, options.projects))
+        shares += [(key, operations[i::senders]) for i in range(senders)]
     sent, refused = multiprocessing.Value("q", 0), multiprocessing.Value("q", 0)
-    applied_before = CallEvent.objects.filter(project=project).count()
+    applied_before = CallEvent.objects.filter(project__in=projects).count()
     connections.close_all()
     context = multiprocessing.get_context("fork")
     processes = [
-        context.Process(target=client, args=(key, options.seconds, flow, shares[k], sent, refused))
-        for k in range(options.clients)
+        context.Process(target=client, args=(key, options.seconds, flow, share, sent, refused))
+        for key, share in shares
     ]
     started = time.monotonic()
     for process in processes:
@@ -162,11 +177,12 @@ def run_flow(flow: str, options) -> None:
     for process in processes:
         process.join()
     window = time.monotonic() - started
-    applied = CallEvent.objects.filter(project=project).count() - applied_before
-    lag = inbox_lag_seconds(project)
-    pending = InboxEvent.objects.filter(project=project, status="pending").count()
+    applied = CallEvent.objects.filter(project__in=projects).count() - applied_before
+    lag = max(inbox_lag_seconds(project) for project in projects)
+    backlog = InboxEvent.objects.filter(project__in=projects, status="pending")
+    pending = backlog.count()
     catch_up = time.monotonic()
-    while InboxEvent.objects.filter(project=project, status="pending").exists():
+    while backlog.exists():
         if time.monotonic() - catch_up > options.catch_up:
             break
         time.sleep(0.5)
@@ -187,9 +203,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--clients", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--projects",
+        type=int,
+        default=1,
+        help="tenants the clients send to (client k to project k mod N): one project's "
+        "events are applied in arrival order by one drainer at a time, several projects' "
+        "by several workers in parallel",
+    )
     parser.add_argument("--flow", choices=["new", "attempts", "both"], default="both")
     parser.add_argument(
-        "--calls", type=int, default=300_000, help="allowed calls the attempts flow names"
+        "--calls",
+        type=int,
+        default=300_000,
+        help="allowed calls the attempts flow names, split among the projects",
     )
     parser.add_argument(
         "--catch-up", type=float, default=300, help="seconds to wait for the backlog at the end"
@@ -203,8 +230,8 @@ def main() -> None:
     try:
         time.sleep(5)  # the workers connect to the broker
         print(
-            f"{options.clients} clients for {options.seconds:.0f} s, {options.workers} Celery "
-            f"worker processes; target: applied >= 10,000 events/s, lag < 5 s"
+            f"{options.clients} clients for {options.seconds:.0f} s to {options.projects} "
+            f"project(s), {options.workers} Celery worker processes; target: applied >= 10,000 events/s, lag < 5 s"
         )
         for flow in ("new", "attempts") if options.flow == "both" else (options.flow,):
             run_flow(flow, options)
