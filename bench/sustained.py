@@ -222,6 +222,8 @@ def main() -> None:
         "--catch-up", type=float, default=300, help="seconds to wait for the backlog at the end"
     )
     options = parser.parse_args()
+    if options.projects < 1:
+        parser.error("--projects: at least 1")
     if connection.vendor != "postgresql":
         sys.exit("bench/sustained.py needs PostgreSQL: set DATABASE_URL=postgres://…")
     settings.ALLOWED_HOSTS = ["*"]
