@@ -207,9 +207,7 @@ def main() -> None:
         "--projects",
         type=int,
         default=1,
-        help="tenants the clients send to (client k to project k mod N): one project's "
-        "events are applied in arrival order by one drainer at a time, several projects' "
-        "by several workers in parallel",
+        help="tenants the clients send to, 1 to --clients (client k to project k mod N)",
     )
     parser.add_argument("--flow", choices=["new", "attempts", "both"], default="both")
     parser.add_argument(
@@ -222,8 +220,8 @@ def main() -> None:
         "--catch-up", type=float, default=300, help="seconds to wait for the backlog at the end"
     )
     options = parser.parse_args()
-    if options.projects < 1:
-        parser.error("--projects: at least 1")
+    if not 1 <= options.projects <= options.clients:
+        parser.error("--projects: from 1 to --clients (each project needs a client)")
     if connection.vendor != "postgresql":
         sys.exit("bench/sustained.py needs PostgreSQL: set DATABASE_URL=postgres://…")
     settings.ALLOWED_HOSTS = ["*"]
@@ -233,7 +231,8 @@ def main() -> None:
         time.sleep(5)  # the workers connect to the broker
         print(
             f"{options.clients} clients for {options.seconds:.0f} s to {options.projects} "
-            f"project(s), {options.workers} Celery worker processes; target: applied >= 10,000 events/s, lag < 5 s"
+            f"project(s), {options.workers} Celery worker processes; "
+            "target: applied >= 10,000 events/s, lag < 5 s"
         )
         for flow in ("new", "attempts") if options.flow == "both" else (options.flow,):
             run_flow(flow, options)
