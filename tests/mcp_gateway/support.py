@@ -28,8 +28,14 @@ from mcp_gateway.pool import UpstreamSpec
 from mcp_gateway.server import Gateway
 
 UPSTREAM = Path(__file__).with_name("upstream.py")
-GATEWAY_PORT = 8231
-UPSTREAM_PORT = 8232
+
+
+def free_port() -> int:
+    """A loopback TCP port the kernel has just handed out and nobody listens on (fixed ports
+    collided with another test run on the same machine: "address already in use")."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def upstream_command(**env: str) -> str:
@@ -65,7 +71,7 @@ class RunningGateway:
         project,
         upstreams: dict[str, str],
         timeout: float = 10.0,
-        port: int = GATEWAY_PORT,
+        port: int | None = None,
         overrides: dict | None = None,
     ):
         specs = []
@@ -83,6 +89,7 @@ class RunningGateway:
                 )
             )
         self.gateway = Gateway(project=project, specs=specs)
+        port = port or free_port()
         self.url = f"http://127.0.0.1:{port}/mcp"
         config = uvicorn.Config(
             self.gateway.http_app(),
@@ -130,9 +137,9 @@ def run(coro_fn, *args):
 class HttpUpstream:
     """The test upstream as a Streamable HTTP server in a subprocess at ``url``."""
 
-    def __init__(self, log: UpstreamLog, port: int = UPSTREAM_PORT):
-        self.log, self.port = log, port
-        self.url = f"http://127.0.0.1:{port}/mcp"
+    def __init__(self, log: UpstreamLog, port: int | None = None):
+        self.log, self.port = log, port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
