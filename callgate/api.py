@@ -15,7 +15,8 @@ import uuid
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from pydantic import ValidationError
@@ -127,6 +128,22 @@ def exception_handler(exc, context):
         "errors": [],
     }
     return response
+
+
+@csrf_exempt
+def api_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+    """Any path under ``/api/`` that names no endpoint, whatever the method: 404 in the API's
+    error shape ``{"error": "…", "errors": [{"loc": "path", "msg": "…"}]}``, never the
+    browser's HTML page (an integrator's client parses JSON). Unauthenticated on purpose:
+    it reveals nothing beyond the public endpoint list at ``/api/docs/``. A known path with a
+    wrong method is DRF's JSON 405 (``exception_handler``)."""
+    return JsonResponse(
+        {
+            "error": f"No API endpoint at {request.path}; the endpoints are listed at /api/docs/.",
+            "errors": [{"loc": "path", "msg": "no such endpoint"}],
+        },
+        status=status.HTTP_404_NOT_FOUND,
+    )
 
 
 def _error(
