@@ -116,7 +116,9 @@ class WebhookSinkTests(BaseTestCase):
         page = self.client.get("/simulator/webhook-sink/").content.decode()
 
         assert "signed, verified</span> with the secret of alert rule “Waiting over 30 min”" in page
-        assert "signature does not verify</span> alert rule “Stuck”: No matching signature" in page
+        assert (
+            "signature does not verify</span> for alert rule “Stuck”: No matching signature" in page
+        )
 
     def test_the_demo_rules_get_their_own_secrets_and_keep_them(self):
         rules = sink.demo_alert_rules(project=self.project, public_url="http://sink.test")

@@ -16,19 +16,15 @@ from demo.simulator import SimulatorService, simulator_transport
 from reviews import services
 from reviews.models import ReviewAudit, ReviewItem
 from tests.factories import BaseTestCase, make_event
-
-TOKEN = "acme-secret"
-LOOKUP_URL = "http://sim/tenants/acme/operations/{operation_id}"
-ARGS = {"ticket_id": "T-1", "assignee_id": "u-7", "due_at": "2026-12-01T09:00:00Z"}
-CLOSED = {"sent": True, "outcome": "error", "http_status": 409, "error": "ticket closed"}
+from tests.reviews.fixtures import CLOSED_409, SIM_ARGS, SIM_TOKEN, follow_up_contract
 
 
-@override_settings(CALLGATE_RECONCILE_AUTH_HEADER=f"Authorization: Bearer {TOKEN}")
+@override_settings(CALLGATE_RECONCILE_AUTH_HEADER=f"Authorization: Bearer {SIM_TOKEN}")
 class ReconcileKeepsTheFailureTestCase(BaseTestCase):
     idempotent = True
 
     def setUp(self):
-        self.service = SimulatorService({"acme": TOKEN})
+        self.service = SimulatorService({"acme": SIM_TOKEN})
         self.service.add_ticket("acme")
         self.sim = httpx.Client(transport=simulator_transport(self.service))
         self.addCleanup(self.sim.close)
@@ -39,25 +35,7 @@ class ReconcileKeepsTheFailureTestCase(BaseTestCase):
         )
         patcher.start()
         self.addCleanup(patcher.stop)
-        contract = {
-            "description": "Create a follow-up task on a support ticket, assigned to one agent.",
-            "effect": "write",
-            "idempotent": self.idempotent,
-            "reconcilable": True,
-            "reconcile_url": LOOKUP_URL,
-            "max_attempts": 3,
-            "max_reasks": 2,
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "ticket_id": {"type": "string"},
-                    "assignee_id": {"type": "string"},
-                    "due_at": {"type": "string"},
-                },
-                "required": ["ticket_id", "assignee_id", "due_at"],
-                "additionalProperties": False,
-            },
-        }
+        contract = follow_up_contract(idempotent=self.idempotent)
         response = self.api().put("/api/v1/tools/create_follow_up", contract, format="json")
         assert response.status_code in (200, 201), response.content
 
@@ -67,7 +45,7 @@ class ReconcileKeepsTheFailureTestCase(BaseTestCase):
             make_event(
                 "proposed",
                 format="plain",
-                call={"tool": "create_follow_up", "arguments": ARGS},
+                call={"tool": "create_follow_up", "arguments": SIM_ARGS},
                 operation_id="op-1",
             ),
             make_event("attempt", operation_id="op-1", **attempt),
@@ -90,7 +68,7 @@ class ReconcileKeepsTheFailureTestCase(BaseTestCase):
         self.sim.post(
             "http://sim/tenants/acme/follow-ups",
             json=body,
-            headers={"Idempotency-Key": "op-1", "Authorization": f"Bearer {TOKEN}"},
+            headers={"Idempotency-Key": "op-1", "Authorization": f"Bearer {SIM_TOKEN}"},
         )
 
     def lookups(self, call: ToolCall) -> list[dict]:
@@ -101,7 +79,7 @@ class ReconcileKeepsTheFailureTestCase(BaseTestCase):
 
 class ConflictStandsTests(ReconcileKeepsTheFailureTestCase):
     def test_it_keeps_a_409_when_the_target_has_no_trace_of_the_operation(self):
-        item = self.failed_with(**CLOSED)
+        item = self.failed_with(**CLOSED_409)
         assert (item.reason, item.call.state) == ("conflict", ToolCall.State.IN_REVIEW)
         observation = item.call.observation
 
@@ -115,8 +93,8 @@ class ConflictStandsTests(ReconcileKeepsTheFailureTestCase):
         assert not item.audit.filter(action=ReviewAudit.Action.REASON_CHANGED).exists()
 
     def test_it_keeps_a_409_when_the_target_holds_other_content(self):
-        self.write({**ARGS, "assignee_id": "u-9"})
-        item = self.failed_with(**CLOSED)
+        self.write({**SIM_ARGS, "assignee_id": "u-9"})
+        item = self.failed_with(**CLOSED_409)
 
         item, call = self.reconcile_now(item)
 
@@ -124,8 +102,8 @@ class ConflictStandsTests(ReconcileKeepsTheFailureTestCase):
         assert [(b["found"], b["matches"]) for b in self.lookups(call)] == [(True, False)]
 
     def test_a_write_found_applied_settles_the_call_whatever_it_said(self):
-        self.write(ARGS)
-        item = self.failed_with(**CLOSED)
+        self.write(SIM_ARGS)
+        item = self.failed_with(**CLOSED_409)
 
         item, call = self.reconcile_now(item)
 
@@ -144,7 +122,7 @@ class ConflictStandsTests(ReconcileKeepsTheFailureTestCase):
 
 class ItemPageAfterReconcileTests(ReconcileKeepsTheFailureTestCase):
     def test_the_reconcile_endpoint_leaves_reject_the_primary_action_of_a_409(self):
-        item = self.failed_with(**CLOSED)
+        item = self.failed_with(**CLOSED_409)
         self.client.force_login(self.alice)
         url = reverse("reviews:reconcile", args=["acme", item.pk])
 
