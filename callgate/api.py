@@ -19,9 +19,11 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -144,6 +146,26 @@ def api_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
         },
         status=status.HTTP_404_NOT_FOUND,
     )
+
+
+class JsonErrorsMixin(APIView):
+    """For a view whose answer is not JSON (the OpenAPI document's YAML, the docs page's
+    HTML): its errors (a wrong method's 405 above all) answer in the API's JSON error shape
+    like every other ``/api/`` path, not in the view's own format."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return response
+
+
+class ApiSchemaApi(JsonErrorsMixin, SpectacularAPIView):
+    """``GET /api/schema/``: the OpenAPI document (drf-spectacular), errors in JSON."""
+
+
+class ApiDocsView(JsonErrorsMixin, SpectacularSwaggerSplitView):
+    """``GET /api/docs/``: the browsable API page (Swagger UI), errors in JSON."""
 
 
 def _error(

@@ -27,6 +27,8 @@ class ApiNotFoundTests(BaseTestCase):
             ("patch", "/api/v1/calls"),
             ("post", "/api/v1/calls/op-1"),
             ("put", "/api/v1/reports/reasons"),
+            ("post", "/api/schema/"),  # the document is YAML, its errors JSON
+            ("delete", "/api/docs/"),  # the page is HTML, its errors JSON
         ):
             with self.subTest(path=path, method=method):
                 response = getattr(self.api(), method)(path)
@@ -36,6 +38,11 @@ class ApiNotFoundTests(BaseTestCase):
 
     def test_known_endpoints_still_answer(self):
         assert self.api().get("/api/v1/calls").status_code == 200
-        assert self.client.get("/api/schema/").status_code == 200
+        schema = self.client.get("/api/schema/")
+        assert schema.status_code == 200 and schema["Content-Type"].startswith(
+            "application/vnd.oai.openapi"
+        )
+        docs = self.client.get("/api/docs/")
+        assert docs.status_code == 200 and docs["Content-Type"].startswith("text/html")
         page = self.client.get("/nonexistent/")  # outside /api/: the browser's page
         assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
