@@ -15,12 +15,15 @@ import uuid
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -127,6 +130,42 @@ def exception_handler(exc, context):
         "errors": [],
     }
     return response
+
+
+@csrf_exempt
+def api_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+    """Any path under ``/api/`` that names no endpoint, whatever the method: 404 in the API's
+    error shape ``{"error": "…", "errors": [{"loc": "path", "msg": "…"}]}``, never the
+    browser's HTML page (an integrator's client parses JSON). Unauthenticated on purpose:
+    it reveals nothing beyond the public endpoint list at ``/api/docs/``. A known path with a
+    wrong method is DRF's JSON 405 (``exception_handler``)."""
+    return JsonResponse(
+        {
+            "error": f"No API endpoint at {request.path}; the endpoints are listed at /api/docs/.",
+            "errors": [{"loc": "path", "msg": "no such endpoint"}],
+        },
+        status=status.HTTP_404_NOT_FOUND,
+    )
+
+
+class JsonErrorsMixin(APIView):
+    """For a view whose answer is not JSON (the OpenAPI document's YAML, the docs page's
+    HTML): its errors (a wrong method's 405 above all) answer in the API's JSON error shape
+    like every other ``/api/`` path, not in the view's own format."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return response
+
+
+class ApiSchemaApi(JsonErrorsMixin, SpectacularAPIView):
+    """``GET /api/schema/``: the OpenAPI document (drf-spectacular), errors in JSON."""
+
+
+class ApiDocsView(JsonErrorsMixin, SpectacularSwaggerSplitView):
+    """``GET /api/docs/``: the browsable API page (Swagger UI), errors in JSON."""
 
 
 def _error(

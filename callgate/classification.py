@@ -29,6 +29,7 @@ from referencing.jsonschema import DRAFT202012
 
 from callgate import causes
 from callgate.taxonomy import (
+    LOOKUP_ANSWERS,
     PROPOSAL_PRECEDENCE,
     REASK_REASONS,
     Category,
@@ -1041,9 +1042,26 @@ def _retry_budget(
 
 
 def classify_reconciled(
-    *, found: bool, matches: bool, contract: Contract, attempts_used: int, deadline_passed: bool
+    *,
+    found: bool,
+    matches: bool,
+    contract: Contract,
+    attempts_used: int,
+    deadline_passed: bool,
+    current: Verdict | None = None,
 ) -> Verdict:
-    """A look-up of the operation in the target system found it applied, absent or different."""
+    """A look-up of the operation in the target system found it applied, absent or different.
+
+    ``current`` is the call's verdict before the look-up. Which reason wins: a look-up that
+    found the write applied with the requested arguments is ``reconciled_applied`` whatever
+    the call said before (the effect is in the target; TAXONOMY: a later event can change a
+    call's reason). Otherwise the look-up answers only a reason of ``LOOKUP_ANSWERS`` (the
+    outcome was unknown): for any other failure (a 409 ``conflict``, ``permission_denied``,
+    ``tool_error``, …) the target already said what happened, and "not found" or "another
+    record" never weakens it into a retry: ``current`` is returned unchanged (issue 31)."""
+    if current is not None and current.reason is not None and current.reason not in LOOKUP_ANSWERS:
+        if not (found and matches):
+            return current
     if found and matches:
         return verdict(
             R.RECONCILED_APPLIED,

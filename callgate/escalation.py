@@ -129,7 +129,8 @@ def _settled_status(call: ToolCall) -> str:
 def review_items_open_bulk(*, calls: list[tuple[ToolCall, str]]) -> list[ReviewItem]:
     """``review_item_open`` for many calls at once (the ingest engine's batch save):
     ``calls`` is ``[(call, kind), …]``. Two queries plus the inserts; falls back to one
-    call at a time if a concurrent request opened one of them first."""
+    call at a time if a concurrent request opened one of them first. A call that has an
+    open item already gets its new reason onto it (``_reasons_follow``)."""
     if not calls:
         return []
     existing = {
@@ -138,6 +139,7 @@ def review_items_open_bulk(*, calls: list[tuple[ToolCall, str]]) -> list[ReviewI
             call__in=[c for c, _ in calls], status__in=ReviewItem.OPEN_STATUSES
         )
     }
+    _reasons_follow(items=existing, calls=[c for c, _ in calls if c.pk in existing])
     new = [_new_item(call, kind) for call, kind in calls if call.pk not in existing]
     if not new:
         return list(existing.values())
@@ -162,6 +164,44 @@ def review_items_open_bulk(*, calls: list[tuple[ToolCall, str]]) -> list[ReviewI
             _open_one(call=call, kind=kind) for call, kind in calls if call.pk not in existing
         ]
     return list(existing.values()) + created
+
+
+def _reasons_follow(*, items: dict[int, ReviewItem], calls: list[ToolCall]) -> None:
+    """An open item whose call's reason changed while it stays in review (a reconciliation,
+    a later event) takes the new reason and its priority; each change is a
+    ``reason_changed`` audit row saying from → to (``detail``: ``{"from", "to"}``).
+    Compare-and-swap on the item's open status and old reason: an item an operator closed,
+    or a concurrent batch changed, meanwhile is left alone."""
+    now = timezone.now()
+    audits = []
+    for call in calls:
+        item = items[call.pk]
+        before = item.reason
+        if not call.reason or call.reason == before:
+            continue
+        changed = ReviewItem.objects.filter(
+            pk=item.pk, status__in=ReviewItem.OPEN_STATUSES, reason=before
+        ).update(
+            reason=call.reason,
+            priority=PRIORITY_BY_REASON.get(call.reason, 2),
+            updated_at=now,
+        )
+        if not changed:
+            continue
+        item.reason = call.reason
+        audits.append(
+            ReviewAudit(
+                project_id=item.project_id,
+                item=item,
+                action=ReviewAudit.Action.REASON_CHANGED,
+                state_before=item.status,
+                state_after=item.status,
+                reason=f"{before} → {call.reason}",
+                call_state_after=call.state,
+                detail={"from": before, "to": call.reason},
+            )
+        )
+    ReviewAudit.objects.bulk_create(audits)
 
 
 def review_items_settle_bulk(*, calls: list[ToolCall], note_by_call: dict[int, str]) -> int:

@@ -269,6 +269,15 @@ def _name(call: ToolCall) -> str:
     return call.tool_name or "the tool"
 
 
+def _current(call: ToolCall, *, route: Route | None = None) -> cls.Verdict:
+    """The call's verdict as it stands (its reason, route, or ``route``, and observation)."""
+    return cls.Verdict(
+        reason=Reason(call.reason) if call.reason else None,
+        route=route or Route(call.route or Route.PROCEED),
+        observation=call.observation,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class KnownTools:
     """A project's latest contract per tool name (``contracts``), those an agent may call
@@ -609,16 +618,20 @@ class _Batch:
             )
         if not self._may_settle(contract):
             return _Step(None)
+        current = _current(call)
         result = cls.classify_reconciled(
             found=event.found,
             matches=event.matches,
             contract=contract_view(contract),
             attempts_used=call.attempts,
             deadline_passed=bool(call.deadline and self.now > call.deadline),
+            current=current,
         )
-        if call.state == S.SUCCEEDED or (
-            call.state == S.FAILED and result.reason != Reason.RECONCILED_APPLIED
-        ):
+        if (
+            result is current
+            or call.state == S.SUCCEEDED
+            or (call.state == S.FAILED and result.reason != Reason.RECONCILED_APPLIED)
+        ):  # the failure's own reason stands (``classify_reconciled``): recorded, kept
             return _Step(result, settles=False)
         if result.reason == Reason.RECONCILED_APPLIED:
             if event.receipt is not None:
@@ -633,11 +646,7 @@ class _Batch:
         reason kept; one already in review (an operator's "reconcile now") keeps its state and
         gets the event, so the item page shows the result. Stored as a ``reconciled`` event
         with ``found`` null."""
-        kept = cls.Verdict(
-            reason=Reason(call.reason) if call.reason else None,
-            route=Route.REVIEW,
-            observation=call.observation,
-        )
+        kept = _current(call, route=Route.REVIEW)
         body = {"type": "reconciled", "found": None, "detail": event.detail}
         return _Step(
             kept, settles=call.state == S.RECONCILING, body=body, kind=CallEvent.Kind.RECONCILED
@@ -710,12 +719,9 @@ class _Batch:
     def _information(self, call: ToolCall, event: Any, state_before: str) -> ToolCall:
         """Record an agent's report that may not settle the call: the call keeps its state,
         reason and review item; the event says ``information_only`` (DESIGN: trust)."""
-        current = cls.Verdict(
-            reason=Reason(call.reason) if call.reason else None,
-            route=Route(call.route or Route.PROCEED),
-            observation=call.observation,
+        return self._record(
+            call, event, _current(call), state_before, change=False, information=True
         )
-        return self._record(call, event, current, state_before, change=False, information=True)
 
     def _find(self, event: Any) -> ToolCall:
         call = self._lookup(event)

@@ -169,6 +169,23 @@ REASK_REASONS = frozenset(r for r, (_, route) in TABLE.items() if route == T.REA
 #: arguments get the same refusal again, at the gate, without execution.
 STICKY_REASONS = frozenset({R.PERMISSION_DENIED, R.APPROVAL_REJECTED, R.APPROVAL_EXPIRED})
 
+#: The reasons a look-up of the operation in its target answers (TAXONOMY "reconcile": the
+#: outcome of a write is unknown): a reconciliation result (``reconciled_applied``,
+#: ``reconciled_absent``, ``reconcile_mismatch``) replaces them, and a newer look-up replaces
+#: an older one's. Every other failure is the target's own answer (409 conflict, 403, 401,
+#: 422, …) or a refusal before execution: a look-up that finds nothing, or another record,
+#: tells nothing new about it, so that reason stands (``classification.classify_reconciled``).
+LOOKUP_ANSWERS = frozenset(
+    {
+        R.OUTCOME_UNKNOWN,
+        R.NOT_RECONCILABLE,
+        R.RETRY_EXHAUSTED,
+        R.RECONCILED_APPLIED,
+        R.RECONCILED_ABSENT,
+        R.RECONCILE_MISMATCH,
+    }
+)
+
 #: Reasons that refuse a proposal without touching a call that already exists under its
 #: operation ID: the refusal lives on its own event (TAXONOMY v2 "Sticky refusals"), and the
 #: reports count such refused proposals beside the calls.

@@ -3,6 +3,7 @@
 - ``/api/v1/…``            agents (API keys): ``callgate.api``
 - ``/api/otlp/v1/traces``  OpenTelemetry traces (OTLP/HTTP, API keys): ``callgate.otlp``
 - ``/api/schema/``, ``/api/docs/``  the OpenAPI document and its browsable page
+- any other ``/api/…``    a JSON 404 (``callgate.api.api_not_found``), never the HTML page
 - ``/p/<project>/…``       browser pages of one project: ``callgate.views``, ``reviews.views``,
   ``mcp_gateway.views``
 - ``/login/``, ``/logout/``, ``/admin/``
@@ -12,8 +13,7 @@
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from django.urls import include, path, re_path
 
 from callgate import api, health, views
 from callgate.prometheus import metrics_view
@@ -44,8 +44,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("callgate.api_urls")),
     path("api/otlp/v1/traces", api.OtlpTracesApi.as_view(), name="api-otlp-traces"),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/schema/", api.ApiSchemaApi.as_view(), name="api-schema"),
+    path("api/docs/", api.ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
+    re_path(r"^api/(?P<path>.*)$", api.api_not_found, name="api-not-found"),  # JSON, never HTML
     path("p/<slug:project>/", include((project_patterns, "callgate"))),
     path("p/<slug:project>/review/", include("reviews.urls")),
     path("p/<slug:project>/gateway/", include("mcp_gateway.urls")),

@@ -274,6 +274,7 @@ class ReviewAudit(models.Model):
         EXPIRED = "expired", "Approval expired"
         SETTLED = "settled", "Settled by a later event"
         AGENT_RETRY = "agent_retry", "Agent retried while the outcome was unknown"
+        REASON_CHANGED = "reason_changed", "Reason changed"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     item = models.ForeignKey(ReviewItem, on_delete=models.CASCADE, related_name="audit")

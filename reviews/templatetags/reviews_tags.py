@@ -66,6 +66,7 @@ _AUDIT_VERBS = {
     "mark_failed": "marked failed",
     "expired": "expired",
     "settled": "settled by a later event",
+    "reason_changed": "reason changed",
 }
 
 

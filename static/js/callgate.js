@@ -1,8 +1,9 @@
 // callgate's small keyboard and display module. No framework; htmx does the requests.
 //
 // Lists: rows carry data-row and (optionally) data-href; j/k move the selection, Enter
-// opens, x toggles the row's checkbox. Pages register extra keys with
-// <button data-key="c"> (the button is clicked when the key is pressed). "?" opens
+// opens, x toggles the row's checkbox (on every page; no page gives x another meaning).
+// Pages register extra keys with <button data-key="c"> (the button is clicked when the key
+// is pressed; data-key="R" is Shift+R, so a destructive action never shares a plain key). "?" opens
 // the shortcuts dialog (entries with data-help-when show only while their key works);
 // "g c" / "g r" jump to calls / review. Selection survives htmx swaps because it is
 // remembered by the row's id.

@@ -628,3 +628,48 @@ class ReconcileEndToEndTests(BaseTestCase):
         answer = results[-1]["answer"]
         assert answer["reason"] == "permission_denied"
         assert "globex" not in answer["observation"].lower()
+
+
+class ReconciledPrecedenceTests(SimpleTestCase):
+    """``classify_reconciled`` with the call's verdict before the look-up (issue 31): a
+    look-up replaces only a reason whose outcome was unknown; found applied replaces any."""
+
+    def classify(self, current, *, found: bool, matches: bool = False, attempts: int = 1):
+        from callgate import classification as cls
+
+        contract = cls.Contract(
+            name="create_follow_up", parameters={}, effect="write", idempotent=True
+        )
+        return cls.classify_reconciled(
+            found=found,
+            matches=matches,
+            contract=contract,
+            attempts_used=attempts,
+            deadline_passed=False,
+            current=current,
+        )
+
+    def test_no_lookup_weakens_a_failure_the_target_answered(self):
+        from callgate import classification as cls
+        from callgate.taxonomy import LOOKUP_ANSWERS, Reason, route_of
+
+        for reason in set(Reason) - LOOKUP_ANSWERS:
+            current = cls.Verdict(reason=reason, route=route_of(reason), observation="said")
+            for found, matches in ((False, False), (True, False)):
+                with self.subTest(reason=reason, found=found):
+                    assert self.classify(current, found=found, matches=matches) is current
+            applied = self.classify(current, found=True, matches=True)
+            assert applied.reason == Reason.RECONCILED_APPLIED, reason
+
+    def test_a_lookup_answers_an_unknown_outcome(self):
+        from callgate import classification as cls
+        from callgate.taxonomy import LOOKUP_ANSWERS, Reason, route_of
+
+        for reason in LOOKUP_ANSWERS:
+            current = cls.Verdict(reason=reason, route=route_of(reason), observation="said")
+            with self.subTest(reason=reason):
+                assert self.classify(current, found=False).reason == Reason.RECONCILED_ABSENT
+                assert (
+                    self.classify(current, found=False, attempts=3).reason == Reason.RETRY_EXHAUSTED
+                )
+                assert self.classify(current, found=True).reason == Reason.RECONCILE_MISMATCH

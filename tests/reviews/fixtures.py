@@ -130,6 +130,37 @@ def add_reconciled(call: ToolCall, *, found: bool, matches: bool = False) -> Cal
     )
 
 
+#: A write that the in-process simulator (``demo.simulator``, tenant ``acme``) can look up.
+SIM_TOKEN = "acme-secret"
+SIM_LOOKUP_URL = "http://sim/tenants/acme/operations/{operation_id}"
+SIM_ARGS = {"ticket_id": "T-1", "assignee_id": "u-7", "due_at": "2026-12-01T09:00:00Z"}
+#: An attempt the target refused with 409 (a closed ticket): ``conflict``, do not retry.
+CLOSED_409 = {"sent": True, "outcome": "error", "http_status": 409, "error": "ticket closed"}
+
+
+def follow_up_contract(*, idempotent: bool = True) -> dict:
+    """The body of ``PUT /api/v1/tools/create_follow_up``, looked up in the simulator."""
+    return {
+        "description": "Create a follow-up task on a support ticket, assigned to one agent.",
+        "effect": "write",
+        "idempotent": idempotent,
+        "reconcilable": True,
+        "reconcile_url": SIM_LOOKUP_URL,
+        "max_attempts": 3,
+        "max_reasks": 2,
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "ticket_id": {"type": "string"},
+                "assignee_id": {"type": "string"},
+                "due_at": {"type": "string"},
+            },
+            "required": ["ticket_id", "assignee_id", "due_at"],
+            "additionalProperties": False,
+        },
+    }
+
+
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 

@@ -65,7 +65,8 @@ class ReviewBrowserTests(BrowserTestCase):
         call = ToolCall.objects.get(pk=item.call_id)
         assert (call.decision, call.decided_by) == ("approve_retry", self.alice)
         actions = list(item.audit.values_list("action", flat=True))
-        assert actions == ["opened", "claim", "reconcile", "approve_retry"]
+        # the look-up found nothing: the reason follows (outcome unknown → absent), audited
+        assert actions == ["opened", "claim", "reconcile", "reason_changed", "approve_retry"]
         self.screenshot("review-item-decided")
         self.assert_no_console_errors()
 
@@ -73,7 +74,7 @@ class ReviewBrowserTests(BrowserTestCase):
         item = make_item(self.project, self.agent, reason="retry_exhausted")
         self.login("bob")
         self.visit(self.item_path(item))
-        self.page.keyboard.press("x")
+        self.page.keyboard.press("Shift+R")
         reason = self.page.get_by_label("Reason (the agent reads it as the observation)")
         reason.wait_for()
         assert reason.evaluate("el => el === document.activeElement")
@@ -99,7 +100,7 @@ class ReviewBrowserTests(BrowserTestCase):
             decision="mark_failed",
             reason="The target is gone.",
         )
-        self.page.keyboard.press("x")
+        self.page.keyboard.press("Shift+R")
         reason = self.page.get_by_label("Reason (the agent reads it as the observation)")
         reason.fill("Too late.")
         reason.press("Enter")
@@ -337,13 +338,23 @@ class ReviewBrowserTests(BrowserTestCase):
         assert "claimed" in self.page.locator("dialog#shortcuts dd").nth(4).inner_text()
         # the guarded escalation: approve retry needs an override; its contract reconciles over HTTP
         self.visit(self.item_path(guarded))
-        assert self.visible_help_keys() == ["c", "r", "o", "x", "m", "f", "n", "u", "?"]
+        assert self.visible_help_keys() == [
+            "c",
+            "r",
+            "Shift+A",
+            "Shift+R",
+            "m",
+            "f",
+            "n",
+            "u",
+            "?",
+        ]
         self.page.keyboard.press("c")
         self.page.get_by_text("Claimed. The claim lapses").wait_for()
         assert self.visible_help_keys() == [
             "r",
-            "o",
-            "x",
+            "Shift+A",
+            "Shift+R",
             "m",
             "f",
             "n",
@@ -352,8 +363,16 @@ class ReviewBrowserTests(BrowserTestCase):
         ]  # after the swap too
         self.visit(self.item_path(approval))
         # an approval: nothing to reconcile, so no r
-        assert self.visible_help_keys() == ["c", "a", "x", "e", "n", "u", "?"]
-        self.page.keyboard.press("x")  # x rejects on the item page, as the help says
+        assert self.visible_help_keys() == ["c", "a", "Shift+R", "e", "n", "u", "?"]
+        self.page.keyboard.press("?")
+        self.page.locator("dialog#shortcuts").wait_for()
+        self.screenshot("review-item-shortcuts")
+        self.page.keyboard.press("Escape")
+        # x selects a row on every page: on an item page (no rows) it does nothing
+        self.page.keyboard.press("x")
+        self.page.wait_for_timeout(300)
+        assert self.page.locator("form.confirm").count() == 0
+        self.page.keyboard.press("Shift+R")  # reject has its own key, as the help says
         self.page.get_by_label("Reason (the agent reads it as the observation)").wait_for()
         self.assert_no_console_errors()
 
@@ -367,7 +386,7 @@ class ReviewBrowserTests(BrowserTestCase):
             "el => { el.style.height = '9rem'; }"
         )
         for key, label in (
-            ("x", "Reason (the agent reads it as the observation)"),
+            ("Shift+R", "Reason (the agent reads it as the observation)"),
             ("f", "Reason"),
         ):
             self.page.keyboard.press(key)

@@ -312,7 +312,7 @@ class ReviewItemPageTests(ReviewPageTestCase):
         assert "&quot;•••&quot;" in body and "redacted" in body and "card_number" in body
         assert "data-local" in body  # timeline in local time, UTC on hover
         assert "Approve retry needs a reconciliation that found nothing" in body
-        assert 'data-key="c"' in body and 'data-key="x"' in body
+        assert 'data-key="c"' in body and 'data-key="R"' in body
 
     def test_it_shows_viewers_no_action_buttons_and_forbids_posts(self):
         item = make_item(self.project, self.agent)
