@@ -175,9 +175,10 @@ def _calls_since_snooze(rule: AlertRule) -> int:
     """Matching calls created since the rule was snoozed (the calls list's filter, counted
     up to ``snooze_calls``)."""
     assert rule.snoozed_at is not None and rule.snooze_calls is not None
-    field = "category" if "category" in rule.metric else "reason"
+    by_category = "category" in rule.metric
     filters = CallFilters(
-        **{field: rule.target},
+        category=rule.target if by_category else "",
+        reason="" if by_category else rule.target,
         tool=rule.tool,
         agent=rule.agent_id,
         since=rule.snoozed_at,
@@ -536,13 +537,13 @@ def alert_payload(delivery: AlertDelivery) -> dict:
 
 
 #: email subjects by event kind
-_SUBJECT = {
+_SUBJECT: dict[str, str] = {
     AlertEvent.Kind.FIRING: "[callgate] ",
     AlertEvent.Kind.REMINDER: "[callgate] still firing: ",
     AlertEvent.Kind.RESOLVED: "[callgate] resolved: ",
     AlertEvent.Kind.UNSNOOZED: "[callgate] snooze ended: ",
 }
-_ICON = {
+_ICON: dict[str, str] = {
     AlertEvent.Kind.FIRING: ":rotating_light:",
     AlertEvent.Kind.REMINDER: ":rotating_light:",
     AlertEvent.Kind.RESOLVED: ":white_check_mark:",
