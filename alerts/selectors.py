@@ -10,6 +10,7 @@ from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
 from alerts.models import AlertEvent, AlertRule
+from alerts.services import alert_link, format_value
 from callgate.models import Project
 
 
@@ -54,8 +55,6 @@ def firing_panel(*, project: Project) -> list[FiringRow]:
     """The firing rules (``firing_rules``) with their value, threshold, since when they fire
     and the link to the calls behind them (as counted at their last evaluation). Two
     queries."""
-    from alerts.services import alert_link, format_value
-
     rules = list(firing_rules(project=project))
     fired_at = dict(
         AlertEvent.objects.filter(rule__in=rules, kind=AlertEvent.Kind.FIRING)
