@@ -29,18 +29,24 @@ class _RuleTexts(TypedDict):
     value_text: str
     threshold_text: str
     clear_text: str
+    calls_link: str | None
 
 
 def _rules_page(request: ProjectRequest, *, form=None, editing=None, status: int = 200):
     rules = cast(  # each rule gets its texts below
         "list[WithAnnotations[AlertRule, _RuleTexts]]",
-        list(AlertRule.objects.filter(project=request.project).select_related("agent")),
+        list(AlertRule.objects.filter(project=request.project).select_related("agent", "project")),
     )
     for rule in rules:
         rule.condition = services.describe(rule)
         rule.value_text = services.format_value(rule, rule.last_value)
         rule.threshold_text = services.format_value(rule, rule.threshold)
         rule.clear_text = services.format_value(rule, rule.clear_threshold)
+        rule.calls_link = (
+            services.alert_calls_link(rule, at=rule.last_evaluated_at)
+            if rule.last_evaluated_at
+            else None
+        )
     can_manage = request.membership.has_role(Role.MANAGER)
     if form is None and can_manage:
         form = AlertRuleForm(project=request.project, instance=editing)

@@ -136,6 +136,15 @@ class CallsBehindAnAlertTests(AlertActionsTestCase):
         assert "reason=unavailable" in link
         assert self.listed(link) == 3
 
+    def test_the_rules_page_links_each_value_to_its_calls(self):
+        rule = self.firing()
+        rule.refresh_from_db()
+        self.client.force_login(self.alice)
+        html = self.client.get(reverse("alerts:rules", args=["acme"])).content.decode()
+        link = alert_calls_link(rule, at=rule.last_evaluated_at)
+        assert f'href="{link.replace("&", "&amp;")}" data-alert-link' in html
+        assert self.listed(link) == 4
+
     def test_review_age_links_to_the_queue_and_inbox_lag_to_the_history(self):
         age = self.rule(name="age", metric=AlertRule.Metric.REVIEW_AGE, target="", threshold=60)
         lag = self.rule(name="lag", metric=AlertRule.Metric.INBOX_LAG, target="", threshold=60)

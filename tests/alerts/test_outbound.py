@@ -156,6 +156,30 @@ class AddressRuleTests(SimpleTestCase):
         assert asked == ["rebind.test", "127.0.0.1"]
         assert server.requests[0]["headers"]["Host"] == f"rebind.test:{server.port}"
 
+    def test_https_is_pinned_with_the_name_kept_for_tls_and_host(self):
+        """The connection goes to the checked address; TLS's server name (and so the
+        certificate check) and the Host header keep the name."""
+        seen: list[httpx.Request] = []
+        inner = httpx.MockTransport(lambda request: seen.append(request) or httpx.Response(200))
+        answer = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 443))]
+        with mock.patch.object(socket, "getaddrinfo", return_value=answer):
+            with outbound.client(timeout=1, transport=inner) as client:
+                client.post("https://hooks.example.com/services/x")
+        [request] = seen
+        assert str(request.url) == "https://93.184.215.14/services/x"
+        assert request.headers["Host"] == "hooks.example.com"
+        assert request.extensions["sni_hostname"] == "hooks.example.com"
+
+    def test_a_name_with_one_internal_address_among_public_ones_is_refused(self):
+        answer = [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 80)),
+            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", 80, 0, 0)),
+        ]
+        with mock.patch.object(socket, "getaddrinfo", return_value=answer):
+            with outbound.client(timeout=1) as client:
+                with pytest.raises(outbound.OutboundRefused, match=r"non-public address \(::1\)"):
+                    client.get("http://mixed.example.com/")
+
     @override_settings(CALLGATE_OUTBOUND_ALLOW=["127.0.0.1/32"])
     def test_it_does_not_follow_redirects(self):
         with LocalServer(302, location="http://169.254.169.254/latest/meta-data") as server:
