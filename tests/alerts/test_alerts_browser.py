@@ -67,6 +67,11 @@ class FiringAlertBrowserTests(BrowserTestCase):
             .startswith("Argument errors on create_follow_up: snoozed by alice for 1 h")
         )
 
+        self.visit("/p/acme/alerts/")
+        assert self.page.locator("td [data-alert-link]").inner_text() == "5 calls"
+        self.page.get_by_text("Snoozed", exact=True).wait_for()
+        self.screenshot("alerts-rules-1440")
+
         self.visit("/p/acme/alerts/history/")
         self.page.get_by_text("by alice", exact=True).wait_for()
         self.screenshot("alerts-history-1440")
