@@ -5,6 +5,11 @@ category or reason among a project's calls (overall, or for one tool or agent; r
 the report rollups), the age of the oldest open review item, or the inbox lag. It fires
 when the number reaches ``threshold`` and resolves only when it falls below
 ``clear_threshold`` (hysteresis: a number hovering at the threshold does not flap).
+
+Operators handle a firing rule as in Sentry: acknowledge it (no reminders until it
+resolves), snooze it for a time or until N more matching calls (no notifications while
+snoozed; the evaluation ends the snooze), or resolve it by hand. Each action is an
+``AlertEvent`` with its actor.
 """
 
 from __future__ import annotations
@@ -71,6 +76,19 @@ class AlertRule(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    #: the last notification (firing, reminder, snooze ended): reminders count from it
+    notified_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    #: a snooze: since when, and until a time and/or until ``snooze_calls`` more matching calls
+    snoozed_at = models.DateTimeField(null=True, blank=True)
+    snoozed_until = models.DateTimeField(null=True, blank=True)
+    snooze_calls = models.PositiveIntegerField(null=True, blank=True)
+    snoozed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["name"]
@@ -89,22 +107,42 @@ class AlertRule(models.Model):
     def is_seconds(self) -> bool:
         return self.metric in (self.Metric.REVIEW_AGE, self.Metric.INBOX_LAG)
 
+    @property
+    def counts_calls(self) -> bool:
+        """Whether the rule counts calls (and so links to them and can be snoozed until N
+        more)."""
+        return not self.is_seconds
+
+    @property
+    def handled(self) -> bool:
+        """Someone acknowledged or snoozed it."""
+        return self.acknowledged_at is not None or self.snoozed_at is not None
+
     def email_list(self) -> list[str]:
         return [e.strip() for e in self.emails.split(",") if e.strip()]
 
 
 class AlertEvent(models.Model):
-    """A rule fired or resolved (the alert history)."""
+    """What happened to a rule (the alert history): it fired, was still firing, resolved,
+    or someone acted on it (``actor``; None for the evaluation)."""
 
     class Kind(models.TextChoices):
         FIRING = "firing", "Fired"
+        REMINDER = "reminder", "Still firing"
         RESOLVED = "resolved", "Resolved"
+        ACKNOWLEDGED = "acknowledged", "Acknowledged"
+        SNOOZED = "snoozed", "Snoozed"
+        UNSNOOZED = "unsnoozed", "Snooze ended"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="events")
-    kind = models.CharField(max_length=10, choices=Kind.choices)
-    value = models.FloatField()
-    threshold = models.FloatField()
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    #: the rule's value then (None when it was not measured) and the threshold it crossed
+    value = models.FloatField(null=True, blank=True)
+    threshold = models.FloatField(null=True, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     message = models.TextField()
     at = models.DateTimeField(default=timezone.now)
 

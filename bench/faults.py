@@ -23,8 +23,8 @@ A production-like deployment of its own, every piece a child process of this scr
 The database (created when missing, then migrated) gets a new project, an agent whose key
 reports the events and whose ``webhook_url`` is the receiver, and ``--operators`` operators.
 The receiver listens on 127.0.0.1, which the webhook guard refuses; the script allows it
-the way a test or development set-up does, with ``CALLGATE_RECONCILE_ORIGINS`` naming the
-receiver's origin. Sessions and CSRF cookies are not ``Secure`` (plain HTTP, no TLS proxy).
+the way a test or development set-up does, with ``CALLGATE_OUTBOUND_ALLOW`` naming the
+loopback address. Sessions and CSRF cookies are not ``Secure`` (plain HTTP, no TLS proxy).
 
 Three phases, one fault each: the Celery worker, the broker, the web server (gunicorn's
 master and workers) are killed with SIGKILL a third into the phase and started again
@@ -103,8 +103,8 @@ os.environ.update(
         "CACHE_URL": f"redis://127.0.0.1:{REDIS_PORT}/1",
         "CALLGATE_QUEUE_PREFIX": "",
         "ALLOWED_HOSTS": "127.0.0.1",
-        # the webhook guard refuses loopback addresses unless their origin is listed
-        "CALLGATE_RECONCILE_ORIGINS": f"http://127.0.0.1:{RECEIVER_PORT}",
+        # the outbound guard refuses loopback addresses unless they are allowed
+        "CALLGATE_OUTBOUND_ALLOW": "127.0.0.1/32",
         "SESSION_COOKIE_SECURE": "false",
         "CSRF_COOKIE_SECURE": "false",
         "BEHIND_TLS_PROXY": "false",

@@ -10,8 +10,9 @@ The target's look-up endpoint (a contract with ``reconcile_method == "http"``)
     with ``settings.CALLGATE_RECONCILE_AUTH_HEADER`` (``"Name: value"``, e.g.
     ``"Authorization: Bearer xyz"``) when set -- never a credential from the contract --
     and a timeout of ``settings.CALLGATE_RECONCILE_TIMEOUT`` seconds, only to an origin
-    callgate may reach (``lookup_refusal``, applied by ``make_client``'s transport: contracts
-    are written by agents, so a look-up URL must not make callgate probe its own network).
+    callgate may reach: one listed in ``CALLGATE_RECONCILE_ORIGINS`` when that is set
+    (``origin_refusal``), and through ``callgate.outbound``'s guard (contracts are written
+    by agents, so a look-up URL must not make callgate probe its own network).
     It must answer
     - 200 ``{"operation_id": str, "request": {...the arguments the target received},
       "receipt": any}`` when the operation is known (``demo.simulator``'s look-up);
@@ -28,11 +29,9 @@ and from ``true``), and both sides must have the same keys.
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import socket
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -41,6 +40,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from callgate import outbound
 from callgate.models import ToolCall
 
 #: the marker that replaces sensitive argument values before storage
@@ -86,33 +86,46 @@ class LookupResult:
         return detail
 
 
-class LookupRefused(httpx.TransportError):
-    """The look-up's origin is one callgate may not reach (``lookup_refusal`` says why)."""
+def listed_origins() -> set[str]:
+    """The origins ``CALLGATE_RECONCILE_ORIGINS`` and ``CALLGATE_RECONCILE_AUTH_ORIGINS``
+    name (lower-case, no trailing slash): the guard admits them whatever their addresses."""
+    return {
+        o.rstrip("/").lower()
+        for o in [
+            *getattr(settings, "CALLGATE_RECONCILE_ORIGINS", []),
+            *getattr(settings, "CALLGATE_RECONCILE_AUTH_ORIGINS", []),
+        ]
+    }
 
 
-class _GuardedTransport(httpx.HTTPTransport):
-    """httpx's transport, refusing origins ``lookup_refusal`` refuses before connecting."""
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if refusal := lookup_refusal(str(request.url)):
-            raise LookupRefused(refusal, request=request)
-        return super().handle_request(request)
+def origin_refusal(url: str) -> str | None:
+    """Why callgate will not look ``url`` up by its origin, or None. When
+    ``CALLGATE_RECONCILE_ORIGINS`` is set, look-ups go only to the listed origins (and the
+    auth origins); otherwise to any origin the outbound guard admits (public addresses and
+    ``CALLGATE_OUTBOUND_ALLOW``), which ``make_client``'s transport checks per request."""
+    here = origin(url)
+    if getattr(settings, "CALLGATE_RECONCILE_ORIGINS", []) and here not in listed_origins():
+        return (
+            f"{here} is not in CALLGATE_RECONCILE_ORIGINS; callgate looks operations up only there"
+        )
+    return None
 
 
 def make_client() -> httpx.Client:
-    """The HTTP client of a look-up made without one (the task's). No redirects: a look-up
-    that redirects is answered as could-not-tell, and credentials never follow a redirect.
+    """The HTTP client of a look-up made without one (the task's): ``outbound.client``
+    (guarded, no redirects: a look-up that redirects is answered as could-not-tell, and
+    credentials never follow a redirect), admitting the listed origins.
 
     Its transport is the one ``settings.CALLGATE_RECONCILE_TRANSPORT`` makes when that is set
     (a factory returning an ``httpx.BaseTransport``, or its dotted path: the demo's
-    in-process simulator, ``demo.simulator.lookup_transport``); otherwise httpx's own,
-    refusing origins callgate may not reach (``lookup_refusal``)."""
+    in-process simulator, ``demo.simulator.lookup_transport``); otherwise httpx's own."""
     factory = settings.CALLGATE_RECONCILE_TRANSPORT
+    timeout = float(settings.CALLGATE_RECONCILE_TIMEOUT)
     if not factory:
-        return httpx.Client(follow_redirects=False, transport=_GuardedTransport())
+        return outbound.client(timeout=timeout, admit_origins=listed_origins())
     if isinstance(factory, str):
         factory = import_string(factory)
-    return httpx.Client(follow_redirects=False, transport=factory())
+    return httpx.Client(follow_redirects=False, transport=factory(), timeout=timeout)
 
 
 def reconcile_url(*, contract, operation_id: str) -> str:
@@ -141,51 +154,6 @@ def _auth_headers(url: str) -> dict[str, str]:
     if not sep or not name.strip():
         raise ValueError("CALLGATE_RECONCILE_AUTH_HEADER must look like 'Name: value'")
     return {name.strip(): value.strip()}
-
-
-def lookup_refusal(url: str) -> str | None:
-    """Why callgate will not look ``url`` up, or ``None`` when it may.
-
-    An origin in ``CALLGATE_RECONCILE_ORIGINS`` or ``CALLGATE_RECONCILE_AUTH_ORIGINS`` may
-    always be reached. When ``CALLGATE_RECONCILE_ORIGINS`` is set, nothing else may. When it
-    is not, any host whose every address is public may (``ipaddress``'s ``is_global``):
-    loopback, private, link-local (cloud metadata at 169.254.169.254) and reserved addresses
-    are refused, so a contract cannot point callgate at its own network. A host that does not
-    resolve is left to fail as a connection error. The addresses are checked before the
-    request, not pinned for it: a name that changes its answer in between (DNS rebinding)
-    needs ``CALLGATE_RECONCILE_ORIGINS``."""
-    listed = {
-        o.rstrip("/").lower()
-        for o in [
-            *getattr(settings, "CALLGATE_RECONCILE_ORIGINS", []),
-            *getattr(settings, "CALLGATE_RECONCILE_AUTH_ORIGINS", []),
-        ]
-    }
-    here = origin(url)
-    if here in listed:
-        return None
-    if getattr(settings, "CALLGATE_RECONCILE_ORIGINS", []):
-        return (
-            f"{here} is not in CALLGATE_RECONCILE_ORIGINS; callgate looks operations up only there"
-        )
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        addresses = {
-            # an IP address as text: TCP look-ups answer AF_INET and AF_INET6 addresses only
-            cast(str, info[4][0])
-            for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
-        }
-    except (OSError, ValueError, UnicodeError):
-        return None
-    for address in sorted(addresses):
-        if not ipaddress.ip_address(address.split("%")[0]).is_global:
-            return (
-                f"{host} resolves to a non-public address ({address}); list {here} in "
-                "CALLGATE_RECONCILE_ORIGINS to let callgate look operations up there"
-            )
-    return None
 
 
 def _canonical(value: Any) -> str:
@@ -227,6 +195,8 @@ def reconcile_lookup(
     url = reconcile_url(contract=contract, operation_id=operation_id)
     timeout = float(settings.CALLGATE_RECONCILE_TIMEOUT)
     headers = {"Accept": "application/json", **_auth_headers(url)}
+    if refusal := origin_refusal(url):
+        return LookupResult(UNKNOWN, detail=refusal)
     owns_client = client is None
     if client is None:
         client = make_client()
@@ -236,7 +206,7 @@ def reconcile_lookup(
         return LookupResult(
             UNKNOWN, detail=f"look-up timed out after {timeout:g} s", transient=True
         )
-    except LookupRefused as exc:
+    except outbound.OutboundRefused as exc:
         return LookupResult(UNKNOWN, detail=str(exc))
     except httpx.TransportError as exc:
         return LookupResult(UNKNOWN, detail=f"look-up failed: {type(exc).__name__}", transient=True)

@@ -421,6 +421,15 @@ CALLGATE_RECONCILE_AUTH_ORIGINS = env_list("CALLGATE_RECONCILE_AUTH_ORIGINS", []
 #: Origins reconcile look-ups may go to. Empty: any origin whose host has only public
 #: addresses (plus the AUTH origins above); loopback, private and link-local are refused.
 CALLGATE_RECONCILE_ORIGINS = env_list("CALLGATE_RECONCILE_ORIGINS", [])
+#: What the outbound guard (``callgate.outbound``: reconcile look-ups, decision and alert
+#: webhooks) admits beyond public addresses: networks in CIDR notation and host names. The
+#: demo admits loopback: its rules deliver to its own webhook sink on this server.
+CALLGATE_OUTBOUND_ALLOW = env_list(
+    "CALLGATE_OUTBOUND_ALLOW", ["127.0.0.0/8", "::1/128"] if CALLGATE_DEMO else []
+)
+#: Where people reach this callgate (scheme://host[:port], no trailing slash): the absolute
+#: links in alert notifications are built on it.
+CALLGATE_BASE_URL = (env_str("CALLGATE_BASE_URL") or "http://127.0.0.1:8000").rstrip("/")
 #: API throttles (DRF rates "<n>/<second|minute|hour|day>"): per key, per project, and failed
 #: key look-ups per client address and minute (0: off). Counted in the shared cache.
 CALLGATE_THROTTLE_KEY = env_str("CALLGATE_THROTTLE_KEY") or "6000/min"

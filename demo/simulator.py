@@ -647,9 +647,10 @@ class MountedTransport(httpx.BaseTransport):
         prefix = SIMULATOR_PATH.encode() + b"/"
         if not raw.startswith(prefix):
             if self.fallback is None:
-                from callgate.reconcile import _GuardedTransport
+                from callgate.outbound import GuardedTransport
+                from callgate.reconcile import listed_origins
 
-                self.fallback = _GuardedTransport()
+                self.fallback = GuardedTransport(admit_origins=listed_origins())
             return self.fallback.handle_request(request)
         request.url = request.url.copy_with(raw_path=raw[len(SIMULATOR_PATH) :])
         request.headers.setdefault("Authorization", f"Bearer {self.token}")

@@ -22,9 +22,10 @@ with its reference library ``standardwebhooks``; receivers verify with it
 (``Webhook(secret.encode()).verify(body, headers)``: the secret's raw bytes, or
 ``"whsec_" + base64(secret)``), which also rejects timestamps more than five minutes off.
 ``body`` is the exact bytes sent (UTF-8 JSON). A 2xx answer ends delivery; anything else is
-tried again from the outbox (``reviews.services.webhook_attempt``). Webhook URLs get the
-reconcile look-up's guard (``callgate.reconcile.lookup_refusal``): no loopback, private or
-link-local addresses unless listed in ``CALLGATE_RECONCILE_ORIGINS``.
+tried again from the outbox (``reviews.services.webhook_attempt``). Webhook URLs go through
+``callgate.outbound``'s guard: no loopback, private or link-local addresses unless
+``CALLGATE_OUTBOUND_ALLOW`` admits them, the checked address is the one connected to, and
+redirects are not followed.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ from datetime import UTC, datetime
 import httpx
 from standardwebhooks.webhooks import Webhook
 
+from callgate import outbound
 from callgate.models import ToolCall
-from callgate.reconcile import LookupRefused, lookup_refusal
 
-#: Tests replace this with ``httpx.MockTransport``; None uses the network.
+#: Tests replace this with ``httpx.MockTransport`` (still behind the outbound guard); None
+#: uses the network.
 TRANSPORT: httpx.BaseTransport | None = None
 WEBHOOK_TIMEOUT = 5.0  # seconds
 WEBHOOK_MAX_ATTEMPTS = 6
@@ -102,11 +104,9 @@ def webhook_headers(*, secret: str, delivery_id: str, timestamp: int, body: str)
 
 
 def webhook_post(*, url: str, secret: str, payload: dict) -> httpx.Response:
-    """One signed POST. Raises httpx errors for transport failures, and
-    ``callgate.reconcile.LookupRefused`` (an httpx ``TransportError``) for a URL the guard
-    refuses (``lookup_refusal``), before connecting."""
-    if refusal := lookup_refusal(url):
-        raise LookupRefused(refusal, request=httpx.Request("POST", url))
+    """One signed POST through ``outbound.client``. Raises httpx errors for transport
+    failures, and ``callgate.outbound.OutboundRefused`` (an httpx ``TransportError``) for a
+    URL the guard refuses, before connecting."""
     body = json.dumps(payload, separators=(",", ":"), sort_keys=True, default=str)
     headers = {
         "Content-Type": "application/json",
@@ -118,7 +118,5 @@ def webhook_post(*, url: str, secret: str, payload: dict) -> httpx.Response:
             body=body,
         ),
     }
-    with httpx.Client(
-        transport=TRANSPORT, timeout=WEBHOOK_TIMEOUT, follow_redirects=False
-    ) as client:
+    with outbound.client(transport=TRANSPORT, timeout=WEBHOOK_TIMEOUT) as client:
         return client.post(url, content=body.encode(), headers=headers)

@@ -11,6 +11,9 @@ def pytest_configure(config):
 
     # before any setUpTestData creates users: the default hasher costs ~0.3 s a user
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # the outbound guard admits nothing beyond public addresses (the demo's default admits
+    # loopback); tests that reach a local server or a mocked host list it themselves
+    settings.CALLGATE_OUTBOUND_ALLOW = []
 
 
 def pytest_report_header(config):

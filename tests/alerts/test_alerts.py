@@ -41,6 +41,11 @@ class Sink:
         return [json.loads(r.content) for r in self.requests]
 
 
+#: the hosts of the tests' webhook URLs (the mock transport answers them)
+HOOK_HOSTS = ["hooks.example.com", "agent.example.com"]
+
+
+@override_settings(CALLGATE_OUTBOUND_ALLOW=HOOK_HOSTS)
 class AlertFromTheSimulatorTests(TransactionTestCase):
     """The demo fleet drives the transient rate over a rule's threshold through the real
     SDK and the demo simulator: exactly one notification, then exactly one resolution."""
@@ -119,6 +124,7 @@ class AlertFromTheSimulatorTests(TransactionTestCase):
         assert set(AlertDelivery.objects.values_list("status", flat=True)) == {"delivered"}
 
 
+@override_settings(CALLGATE_OUTBOUND_ALLOW=HOOK_HOSTS)
 class AlertRuleTests(BaseTestCase):
     def rule(self, **fields) -> AlertRule:
         defaults = dict(

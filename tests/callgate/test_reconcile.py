@@ -219,8 +219,7 @@ class LookupOriginTests(SimpleTestCase):
             result = self.lookup(url)
             assert (result.outcome, result.transient) == (UNKNOWN, False), url
             assert (
-                "non-public address" in result.detail
-                and "CALLGATE_RECONCILE_ORIGINS" in result.detail
+                "non-public address" in result.detail and "CALLGATE_OUTBOUND_ALLOW" in result.detail
             )
 
     @override_settings(CALLGATE_RECONCILE_ORIGINS=["http://127.0.0.1:9"])

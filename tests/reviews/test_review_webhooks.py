@@ -4,6 +4,7 @@ import json
 from unittest import mock
 
 import httpx
+from django.test import override_settings
 
 from callgate.models import Agent
 from reviews import services, webhooks
@@ -12,6 +13,7 @@ from tests.factories import BaseTestCase
 from tests.reviews.fixtures import make_item
 
 
+@override_settings(CALLGATE_OUTBOUND_ALLOW=["agent.example"])  # the mock transport's host
 class WebhookTestCase(BaseTestCase):
     def setUp(self):
         Agent.objects.filter(pk=self.agent.pk).update(
