@@ -441,6 +441,14 @@ CALLGATE_RECONCILE_TRANSPORT = env_str("CALLGATE_RECONCILE_TRANSPORT") or (
     "demo.simulator.lookup_transport" if CALLGATE_DEMO else ""
 )
 CALLGATE_REVIEW_CLAIM_LEASE = env_int("CALLGATE_REVIEW_CLAIM_LEASE", 15 * 60, minimum=60)  # seconds
+#: The address people reach this callgate at (scheme://host[:port], no trailing slash): the
+#: absolute links of notifications (emails, Slack messages, webhooks).
+CALLGATE_BASE_URL = (env_str("CALLGATE_BASE_URL") or "http://127.0.0.1:8000").rstrip("/")
+#: Slack app's signing secret: interactions (POST /integrations/slack/actions) are verified
+#: with it (empty: every interaction is refused).
+CALLGATE_SLACK_SIGNING_SECRET = env_str("CALLGATE_SLACK_SIGNING_SECRET") or ""
+#: Seconds an email decision link stays valid.
+CALLGATE_EMAIL_LINK_MAX_AGE = env_int("CALLGATE_EMAIL_LINK_MAX_AGE", 24 * 3600, minimum=60)
 
 #: "text" (default) or "json": one JSON object per line (python-json-logger) with the
 #: request ID and operation ID of the work at hand (callgate.logmask).
