@@ -313,6 +313,16 @@ def slack_webhook_of(item: ReviewItem) -> str:
 # --- the Notifications page's writes ------------------------------------------------------------
 
 
+def slack_identity_of(user) -> SlackIdentity | None:
+    """The Slack member ``user`` linked, if any."""
+    return SlackIdentity.objects.filter(user=user).first()
+
+
+def email_subscribed(*, user, project_id: int) -> bool:
+    """Whether ``user`` gets the project's review item emails."""
+    return EmailSubscription.objects.filter(user=user, project_id=project_id).exists()
+
+
 def slack_identity_set(*, user, team_id: str, slack_user_id: str) -> None:
     """Link ``user`` to one Slack member (replacing the user's previous link). The form has
     checked that no other user holds that member; a race still ends in IntegrityError."""

@@ -29,7 +29,7 @@ from callgate.access import ProjectRequest, Role, project_view
 from callgate.celery import enqueue_on_commit
 from reviews import notifications, slack
 from reviews.forms import EmailDecisionForm, ProjectNotificationsForm, SlackIdentityForm
-from reviews.models import EmailSubscription, ProjectNotifications, SlackIdentity
+from reviews.models import ProjectNotifications
 from reviews.services import REJECT_PRESETS, ReviewConflict, ReviewError
 
 # --- Slack -------------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def email_decision(request: HttpRequest, token: str) -> HttpResponse:
 
 
 def _settings_page(request: ProjectRequest, *, status: int = 200, **forms) -> HttpResponse:
-    identity = SlackIdentity.objects.filter(user=request.user).first()
+    identity = notifications.slack_identity_of(request.user)
     can_manage = request.membership.has_role(Role.MANAGER)
     config = ProjectNotifications.objects.filter(project=request.project).first()
     context = {
@@ -142,9 +142,9 @@ def _settings_page(request: ProjectRequest, *, status: int = 200, **forms) -> Ht
             else None,
         ),
         "can_decide": request.membership.has_role(Role.OPERATOR),
-        "subscribed": EmailSubscription.objects.filter(
-            user=request.user, project=request.project
-        ).exists(),
+        "subscribed": notifications.email_subscribed(
+            user=request.user, project_id=request.project.pk
+        ),
         "can_manage": can_manage,
         "config": config,
         "project_form": forms.get("project_form")
