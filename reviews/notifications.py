@@ -67,6 +67,14 @@ def item_url(item: ReviewItem) -> str:
     return f"{settings.CALLGATE_BASE_URL}{path}"
 
 
+def settings_url(item_pk: int) -> str:
+    """The absolute URL of the Notifications page of item ``item_pk``'s project (the one the
+    Slack message came from; the base URL when there is no such item)."""
+    slug = ReviewItem.objects.filter(pk=item_pk).values_list("project__slug", flat=True).first()
+    path = reverse("reviews:notifications", args=[slug]) if slug else "/"
+    return f"{settings.CALLGATE_BASE_URL}{path}"
+
+
 def outcome(item: ReviewItem) -> str:
     """A closed item in one line: "Approved by ana at 2026-12-06 00:10 UTC: <reason>"."""
     if item.status != ReviewItem.Status.RESOLVED:
@@ -122,9 +130,10 @@ class LinkError(Exception):
     """A decision link that cannot be used; ``status`` is the HTTP answer (400 tampered,
     410 used or expired, 403 the user lost the role) and the message is for the page."""
 
-    def __init__(self, message: str, *, status: int):
+    def __init__(self, message: str, *, status: int, item: ReviewItem | None = None):
         super().__init__(message)
         self.status = status
+        self.item = item  # the link's item, to point at, when the link is only used up
 
 
 def decision_link_create(*, item: ReviewItem, user, decision: str) -> str:
@@ -172,6 +181,7 @@ def decision_link_read(token: str) -> DecisionLink:
         raise LinkError(
             f"This decision link was used at {link.used_at:%Y-%m-%d %H:%M} UTC; a link decides once.",
             status=410,
+            item=link.item,
         )
     item, why = item_for_decider(user=link.user, item_pk=link.item_id)
     if item is None or not link.user.is_active:

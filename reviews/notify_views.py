@@ -22,6 +22,7 @@ import json
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -78,17 +79,18 @@ def _link_page(
     done: str = "",
     form=None,
 ) -> HttpResponse:
+    """The decision link's page: what it decides (``link``), or its result (``done``), or
+    why it cannot (``error``), with the item's link when the item is known."""
+    item = item or (link.item if link else None)
     return render(
         request,
         "reviews/email_decision.html",
         {
             "link": link,
-            "item": item or (link.item if link else None),
+            "item": item,
             "decision_label": notifications.LINK_DECISIONS.get(link.decision, "") if link else "",
-            "item_url": notifications.item_url(item or link.item) if (item or link) else "",
-            "arguments": notifications.arguments_summary((item or link.item).call.arguments)
-            if (item or link)
-            else "",
+            "item_url": notifications.item_url(item) if item else "",
+            "arguments": notifications.arguments_summary(item.call.arguments) if item else "",
             "error": error,
             "done": done,
             "form": form,
@@ -98,6 +100,7 @@ def _link_page(
     )
 
 
+@never_cache  # the page shows a decision's state, and its URL is a credential
 @require_http_methods(["GET", "HEAD", "POST"])
 def email_decision(request: HttpRequest, token: str) -> HttpResponse:
     """An email decision link: GET/HEAD shows what it will decide and a button; POST (with
@@ -105,7 +108,7 @@ def email_decision(request: HttpRequest, token: str) -> HttpResponse:
     try:
         link = notifications.decision_link_read(token)
     except notifications.LinkError as exc:
-        return _link_page(request, status=exc.status, error=str(exc))
+        return _link_page(request, status=exc.status, error=str(exc), item=exc.item)
     if request.method != "POST":
         return _link_page(request, link=link)
     form = EmailDecisionForm(request.POST)

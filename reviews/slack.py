@@ -245,7 +245,7 @@ def slack_action(payload: dict) -> SlackReply:
         return _ephemeral(
             response_url,
             "Your Slack account is not linked to a callgate user, so nothing was decided. "
-            f"Link it on callgate's Notifications page ({settings.CALLGATE_BASE_URL}).",
+            f"Link it on callgate's Notifications page: {notifications.settings_url(item_pk)}",
         )
     user: AbstractBaseUser = identity.user
     item, why = notifications.item_for_decider(user=user, item_pk=item_pk)

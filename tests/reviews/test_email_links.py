@@ -154,6 +154,10 @@ class EmailLinkTests(BaseTestCase):
 
         again = self.client.post(approve)
         self.assertContains(again, "a link decides once", status_code=410)
+        self.assertContains(again, f"/p/acme/review/{item.pk}/", status_code=410)
+        self.assertEqual(
+            again["Cache-Control"], "max-age=0, no-cache, no-store, must-revalidate, private"
+        )
         self.assertEqual(self.client.get(approve).status_code, 410)
         self.assertEqual(
             ReviewAudit.objects.filter(item=item, action=ReviewAudit.Action.APPROVE).count(), 1

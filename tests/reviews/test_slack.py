@@ -177,6 +177,9 @@ class SlackActionTests(SlackTestCase):
         self.assertTrue(reply["replace_original"])
         self.assertIn("Approved by alice", json.dumps(reply))
         self.assertNotIn("actions", [b["type"] for b in reply["blocks"]])
+        self.client.force_login(self.bob)
+        page = self.client.get(f"/p/acme/review/{item.pk}/")
+        self.assertContains(page, '<span class="muted">in Slack</span>')
 
     def test_a_rejection_takes_the_preset_reason_the_agent_reads(self):
         item = self.open_item()
@@ -232,6 +235,7 @@ class SlackActionTests(SlackTestCase):
         action = self.action_of(self.message_of(item), slack.ACTION_APPROVE)
         self.click(self.payload(action, user="U0STRANGER"))
         self.assert_ephemeral_and_open(item, "not linked")
+        self.assertIn(f"{BASE}/p/acme/review/notifications/", self.responses()[0]["text"])
 
     def test_the_same_member_id_in_another_workspace_is_not_linked(self):
         item = self.open_item(kind=ReviewItem.Kind.APPROVAL)
