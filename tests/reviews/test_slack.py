@@ -18,7 +18,7 @@ from django.test import override_settings
 from callgate.models import Membership, ToolCall
 from reviews import services, slack, tasks
 from reviews.models import ProjectNotifications, ReviewAudit, ReviewItem, SlackIdentity
-from tests.factories import BaseTestCase
+from tests.factories import WEATHER, BaseTestCase
 from tests.reviews.fixtures import make_item
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -136,6 +136,22 @@ class SlackMessageTests(SlackTestCase):
         item = self.open_item(kind=ReviewItem.Kind.APPROVAL)
         button = self.action_of(self.message_of(item), slack.ACTION_APPROVE)
         self.assertEqual(button["value"], f"approve:{item.pk}")
+
+    def test_an_approval_asked_at_the_gate_is_posted_and_approved_from_slack(self):
+        api = self.api()
+        contract = {**WEATHER, "requires_approval": True}
+        self.assertEqual(api.put("/api/v1/tools/pay", contract, format="json").status_code, 201)
+        body = {"format": "plain", "call": {"tool": "pay", "arguments": {"city": "Oslo"}}}
+        with self.captureOnCommitCallbacks(execute=True):
+            answer = api.post("/api/v1/calls", body, format="json").json()
+        self.assertEqual(answer["verdict"], "pending_approval")
+        item = ReviewItem.objects.get(call__operation_id=answer["operation_id"])
+        self.assertIn("Oslo", json.dumps(self.message_of(item)))
+        self.click(self.payload(self.action_of(self.message_of(item), slack.ACTION_APPROVE)))
+        decided = api.get(f"/api/v1/calls/{answer['operation_id']}").json()
+        self.assertEqual(
+            (decided["decision"]["decision"], decided["state"]), ("approve", "allowed")
+        )
 
     def test_a_project_without_a_webhook_posts_nothing(self):
         ProjectNotifications.objects.filter(project=self.project).delete()
