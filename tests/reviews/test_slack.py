@@ -213,6 +213,8 @@ class SlackActionTests(SlackTestCase):
         self.assertEqual(response.status_code, 401)
         response = self.click(self.payload(action), sign=False)
         self.assertEqual(response.status_code, 401)
+        with override_settings(CALLGATE_SLACK_SIGNING_SECRET=""):  # not configured: all refused
+            self.assertEqual(self.click(self.payload(action)).status_code, 401)
         item.refresh_from_db()
         self.assertEqual(item.status, "open")
         self.assertEqual(self.responses(), [])
