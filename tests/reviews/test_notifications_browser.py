@@ -6,11 +6,12 @@ from __future__ import annotations
 from django.conf import settings
 from django.test import override_settings
 
-from reviews import notifications
+from reviews import notifications, tasks
 from reviews.models import ProjectNotifications, ReviewItem, SlackIdentity
 from tests.browser_support import BrowserTestCase
 from tests.reviews.fixtures import make_item
 
+assert tasks.review_items_notify  # registered: run eagerly, not sent to a broker
 WIDTHS = {"desktop": (1440, 900), "phone": (390, 844)}
 
 
