@@ -24,7 +24,6 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 import httpx
-from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q, Sum
@@ -35,6 +34,7 @@ from django.utils import timezone
 from alerts.models import AlertDelivery, AlertEvent, AlertRule
 from callgate import labels, metrics, outbound
 from callgate.models import CallRollup, InboxEvent
+from callgate.paths import absolute_url
 from callgate.selectors import CallFilters, calls_filtered
 
 #: how often a firing rule that nobody acknowledged or snoozed notifies again
@@ -163,12 +163,6 @@ def alert_link(rule: AlertRule, *, at: datetime) -> tuple[str, str]:
     if rule.metric == AlertRule.Metric.REVIEW_AGE:
         return reverse("reviews:queue", args=[rule.project.slug]), "Open the review queue"
     return reverse("alerts:history", args=[rule.project.slug]), "Open the alert history"
-
-
-def absolute_url(path: str) -> str:
-    """``path`` on ``settings.CALLGATE_BASE_URL`` (notifications leave the browser, so
-    their links carry the scheme and host)."""
-    return settings.CALLGATE_BASE_URL.rstrip("/") + path
 
 
 def _calls_since_snooze(rule: AlertRule) -> int:

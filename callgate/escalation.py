@@ -87,7 +87,8 @@ def _new_item(call: ToolCall, kind: str) -> ReviewItem:
 
 
 def review_item_open(*, call: ToolCall, kind: str = ReviewItem.Kind.ESCALATION) -> ReviewItem:
-    """Open an item for ``call`` unless one is open already (at most one per call)."""
+    """Open an item for ``call`` unless one is open already (at most one per call). A new
+    item is announced on commit (``reviews.tasks.review_items_notify``: Slack, email)."""
     return _open_one(call=call, kind=kind)
 
 
@@ -107,6 +108,7 @@ def _open_one(*, call: ToolCall, kind: str) -> ReviewItem:
                 reason=call.reason,
                 call_after=call.state,
             )
+            enqueue_on_commit("reviews.tasks.review_items_notify", [item.pk])
             return item
     except IntegrityError:  # a concurrent request opened it first
         return ReviewItem.objects.get(call=call, status__in=ReviewItem.OPEN_STATUSES)
@@ -159,6 +161,7 @@ def review_items_open_bulk(*, calls: list[tuple[ToolCall, str]]) -> list[ReviewI
                     for i in created
                 ]
             )
+            enqueue_on_commit("reviews.tasks.review_items_notify", [i.pk for i in created])
     except IntegrityError:  # someone opened one meanwhile: do it one by one
         created = [
             _open_one(call=call, kind=kind) for call, kind in calls if call.pk not in existing

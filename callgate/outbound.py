@@ -143,6 +143,26 @@ def pin(request: httpx.Request, *, admit_origins: Iterable[str] = ()) -> None:
             request.extensions = {**request.extensions, "sni_hostname": host}
 
 
+def url_refusal(url: str) -> str | None:
+    """Why callgate will not send requests to ``url``, or None: the check of ``pin`` made
+    ahead, for a form that stores a URL (a webhook) to say so beside the field. A URL that is
+    not ``http(s)://host`` is refused; a host that does not resolve now is not (it may
+    later: the request then fails as a connection error)."""
+    try:
+        request = httpx.Request("POST", url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        return f"not a URL ({exc})"
+    if request.url.scheme not in ("http", "https") or not request.url.host:
+        return "only http:// and https:// URLs with a host are reached"
+    try:
+        pin(request)
+    except OutboundRefused as exc:
+        return str(exc)
+    except httpx.ConnectError:
+        return None
+    return None
+
+
 class GuardedTransport(httpx.BaseTransport):
     """``inner`` (httpx's network transport unless given: tests pass a mock or a local
     server's) behind ``pin``: each request is checked and pinned before it is sent."""

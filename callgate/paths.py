@@ -1,4 +1,5 @@
-"""URL paths for the rows of a list page, reversed once per page instead of once per row.
+"""URL paths: for the rows of a list page, reversed once per page instead of once per row
+(``PathOf``); absolute URLs for what leaves the browser (``absolute_url``).
 
 ``reverse`` costs about 30 µs (resolver look-up, the pattern's check, quoting); a list of 50
 rows with a link or five each spent a sixth to a third of its time there."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from django.conf import settings
 from django.urls import reverse
 from django.utils.http import RFC3986_SUBDELIMS
 
@@ -31,3 +33,10 @@ class PathOf:
             str(value) if isinstance(value, int) else quote(value, safe=RFC3986_SUBDELIMS + "/~:@")
         )
         return f"{self.head}{text}{self.tail}"
+
+
+def absolute_url(path: str) -> str:
+    """``path`` (``/p/…``) on ``settings.CALLGATE_BASE_URL``: the links of notifications
+    (alert emails, webhooks and Slack texts, review-item emails and Slack messages), which
+    leave the browser and so carry the scheme and host."""
+    return settings.CALLGATE_BASE_URL.rstrip("/") + path

@@ -28,6 +28,9 @@ QUEUE_OF_TASK: dict[str, str] = {
     "callgate.tasks.reconcile_call": RECONCILE,
     "reviews.tasks.webhook_deliver": WEBHOOKS,
     "alerts.tasks.deliver_alert": WEBHOOKS,
+    "reviews.tasks.slack_notify": WEBHOOKS,
+    "reviews.tasks.slack_respond": WEBHOOKS,
+    "reviews.tasks.email_notify": WEBHOOKS,
     "callgate.tasks.sweep_reconciling": DEFAULT,
     "callgate.tasks.sweep_deadlines": DEFAULT,
     "callgate.tasks.purge_events": DEFAULT,
@@ -36,15 +39,22 @@ QUEUE_OF_TASK: dict[str, str] = {
     "reviews.tasks.sweep_webhooks": DEFAULT,
     "reviews.tasks.review_housekeeping": DEFAULT,
     "alerts.tasks.evaluate_alerts": DEFAULT,
+    "reviews.tasks.review_items_notify": DEFAULT,
 }
 
 #: Tasks that are safe to run again after a worker died in them (state-checked writes,
 #: deliveries the receiver deduplicates by ``webhook-id``): ``acks_late`` with
 #: ``reject_on_worker_lost``, so the broker hands them out again (after the visibility
-#: timeout). The one task not here, ``alerts.tasks.deliver_alert``, sends e-mail and chat
-#: messages that no receiver deduplicates: it is acknowledged when it starts (a worker
+#: timeout). The tasks not here (``alerts.tasks.deliver_alert``, the review notifications
+#: ``reviews.tasks.slack_notify``, ``slack_respond``, ``email_notify``) send e-mail and chat
+#: messages that no receiver deduplicates: they are acknowledged when they start (a worker
 #: killed while sending loses that attempt rather than sending it twice).
-REDELIVER_ON_WORKER_LOST = frozenset(QUEUE_OF_TASK) - {"alerts.tasks.deliver_alert"}
+REDELIVER_ON_WORKER_LOST = frozenset(QUEUE_OF_TASK) - {
+    "alerts.tasks.deliver_alert",
+    "reviews.tasks.slack_notify",
+    "reviews.tasks.slack_respond",
+    "reviews.tasks.email_notify",
+}
 
 
 def queue_name(queue: str, prefix: str = "") -> str:

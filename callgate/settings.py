@@ -428,7 +428,8 @@ CALLGATE_OUTBOUND_ALLOW = env_list(
     "CALLGATE_OUTBOUND_ALLOW", ["127.0.0.0/8", "::1/128"] if CALLGATE_DEMO else []
 )
 #: Where people reach this callgate (scheme://host[:port], no trailing slash): the absolute
-#: links in alert notifications are built on it.
+#: links of notifications (alert and review-item emails, Slack messages, webhooks;
+#: ``callgate.paths.absolute_url``).
 CALLGATE_BASE_URL = (env_str("CALLGATE_BASE_URL") or "http://127.0.0.1:8000").rstrip("/")
 #: API throttles (DRF rates "<n>/<second|minute|hour|day>"): per key, per project, and failed
 #: key look-ups per client address and minute (0: off). Counted in the shared cache.
@@ -450,6 +451,11 @@ CALLGATE_RECONCILE_TRANSPORT = env_str("CALLGATE_RECONCILE_TRANSPORT") or (
     "demo.simulator.lookup_transport" if CALLGATE_DEMO else ""
 )
 CALLGATE_REVIEW_CLAIM_LEASE = env_int("CALLGATE_REVIEW_CLAIM_LEASE", 15 * 60, minimum=60)  # seconds
+#: Slack app's signing secret: interactions (POST /integrations/slack/actions) are verified
+#: with it (empty: every interaction is refused).
+CALLGATE_SLACK_SIGNING_SECRET = env_str("CALLGATE_SLACK_SIGNING_SECRET") or ""
+#: Seconds an email decision link stays valid.
+CALLGATE_EMAIL_LINK_MAX_AGE = env_int("CALLGATE_EMAIL_LINK_MAX_AGE", 24 * 3600, minimum=60)
 
 #: "text" (default) or "json": one JSON object per line (python-json-logger) with the
 #: request ID and operation ID of the work at hand (callgate.logmask).

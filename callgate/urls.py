@@ -6,6 +6,8 @@
 - any other ``/api/…``    a JSON 404 (``callgate.api.api_not_found``), never the HTML page
 - ``/p/<project>/…``       browser pages of one project: ``callgate.views``, ``reviews.views``,
   ``mcp_gateway.views``
+- ``/integrations/…``      decisions from outside: Slack interactions, email decision links
+  (``reviews.notify_views``)
 - ``/login/``, ``/logout/``, ``/admin/``
 - ``/simulator/…``          the demo's target system, when ``CALLGATE_DEMO`` is on: ``demo.urls``
 """
@@ -51,6 +53,7 @@ urlpatterns = [
     path("p/<slug:project>/review/", include("reviews.urls")),
     path("p/<slug:project>/gateway/", include("mcp_gateway.urls")),
     path("p/<slug:project>/alerts/", include("alerts.urls")),
+    path("integrations/", include("reviews.integration_urls")),  # Slack, email decision links
 ]
 
 if settings.CALLGATE_DEMO:  # the demo's target system (demo.simulator)

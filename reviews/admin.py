@@ -1,6 +1,12 @@
 from django.contrib import admin
 
-from reviews.models import ReviewAudit, ReviewItem, WebhookDelivery
+from reviews.models import (
+    ProjectNotifications,
+    ReviewAudit,
+    ReviewItem,
+    SlackIdentity,
+    WebhookDelivery,
+)
 
 
 @admin.register(ReviewItem)
@@ -53,3 +59,17 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(SlackIdentity)
+class SlackIdentityAdmin(admin.ModelAdmin):
+    """Admins link a Slack member to a callgate user (users do it on the Notifications page)."""
+
+    list_display = ("user", "team_id", "slack_user_id", "created_at")
+    search_fields = ("user__username", "slack_user_id", "team_id")
+    raw_id_fields = ("user",)
+
+
+@admin.register(ProjectNotifications)
+class ProjectNotificationsAdmin(admin.ModelAdmin):
+    list_display = ("project", "slack_webhook_url", "emails")

@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import cast
 
 from django import forms
+from django.core.validators import RegexValidator, validate_email
 from django.http import QueryDict
 
+from callgate.outbound import url_refusal
+from reviews.models import ProjectNotifications, SlackIdentity
 from reviews.services import DECISIONS, MAX_EXTEND_SECONDS
 
 
@@ -43,6 +46,85 @@ class BulkForm(forms.Form):
         """The explicitly selected item ids (``ids`` may repeat)."""
         posted = cast(QueryDict, self.data)  # the form is bound to request.POST
         return [int(v) for v in posted.getlist("ids") if str(v).isdigit()][:1000]
+
+    def reason_text(self) -> str:
+        return (self.cleaned_data.get("reason") or "").strip() or (
+            self.cleaned_data.get("preset") or ""
+        ).strip()
+
+
+# --- notifications outside the dashboard --------------------------------------------------------
+
+#: Slack's IDs: workspaces T… (Enterprise Grid E…), members U… or W…, upper-case letters and digits.
+SLACK_TEAM_ID = RegexValidator(r"^[TE][A-Z0-9]{2,31}$", "A Slack workspace ID: T0123ABCD.")
+SLACK_USER_ID = RegexValidator(r"^[UW][A-Z0-9]{2,31}$", "A Slack member ID: U0123ABCD.")
+
+
+class SlackIdentityForm(forms.Form):
+    """The Slack user a person links to their callgate account (Slack: profile → ⋮ → Copy
+    member ID; the workspace ID is in the workspace's settings or a message link)."""
+
+    team_id = forms.CharField(
+        label="Slack workspace ID", max_length=32, validators=[SLACK_TEAM_ID], strip=True
+    )
+    slack_user_id = forms.CharField(
+        label="Slack member ID", max_length=32, validators=[SLACK_USER_ID], strip=True
+    )
+
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.user = user
+
+    def clean(self):
+        data = super().clean()
+        team, member = data.get("team_id"), data.get("slack_user_id")
+        if (
+            team
+            and member
+            and SlackIdentity.objects.filter(team_id=team, slack_user_id=member)
+            .exclude(user=self.user)
+            .exists()
+        ):
+            self.add_error("slack_user_id", "This Slack member is linked to another user.")
+        return data
+
+
+class ProjectNotificationsForm(forms.ModelForm):
+    """A project's Slack incoming webhook and email addresses (managers)."""
+
+    slack_webhook_url = forms.URLField(
+        label="Slack incoming webhook URL",
+        required=False,
+        assume_scheme="https",
+        help_text=ProjectNotifications._meta.get_field("slack_webhook_url").help_text,
+    )
+
+    class Meta:
+        model = ProjectNotifications
+        fields = ["slack_webhook_url", "emails"]
+        labels = {"slack_webhook_url": "Slack incoming webhook URL", "emails": "Email addresses"}
+
+    def clean_slack_webhook_url(self) -> str:
+        url = self.cleaned_data["slack_webhook_url"]
+        if url and (refusal := url_refusal(url)):
+            raise forms.ValidationError(f"callgate may not post to this address: {refusal}")
+        return url
+
+    def clean_emails(self) -> str:
+        addresses = [e.strip() for e in self.cleaned_data["emails"].split(",") if e.strip()]
+        for address in addresses:
+            try:
+                validate_email(address)
+            except forms.ValidationError:
+                raise forms.ValidationError(f"{address!r} is not an email address.") from None
+        return ", ".join(addresses)
+
+
+class EmailDecisionForm(forms.Form):
+    """The reason typed (or picked) on an email link's confirmation page."""
+
+    reason = forms.CharField(required=False, max_length=2000)
+    preset = forms.CharField(required=False, max_length=500)
 
     def reason_text(self) -> str:
         return (self.cleaned_data.get("reason") or "").strip() or (

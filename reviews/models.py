@@ -382,3 +382,90 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"webhook {self.delivery_id} attempt {self.attempt}"
+
+
+class ProjectNotifications(models.Model):
+    """Where a project's review items are announced outside the dashboard (issue 31): a
+    Slack incoming webhook (an interactive message with Approve / Reject) and email
+    addresses (a message with signed decision links). Managers set it on the Notifications
+    page; operators also opt in to the emails themselves (``EmailSubscription``)."""
+
+    project = models.OneToOneField(
+        Project, on_delete=models.CASCADE, related_name="review_notifications"
+    )
+    slack_webhook_url = models.URLField(
+        blank=True,
+        help_text="A Slack incoming webhook (https://hooks.slack.com/services/…): each new "
+        "review item is posted there with Approve / Reject.",
+    )
+    emails = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Comma-separated addresses told of each new review item. An address of "
+        "an operator of the project gets decision links; any other only the item's link.",
+    )
+
+    def __str__(self) -> str:
+        return f"notifications of {self.project}"
+
+    def email_list(self) -> list[str]:
+        return [e.strip() for e in self.emails.split(",") if e.strip()]
+
+
+class SlackIdentity(models.Model):
+    """A Slack user (workspace ``team_id`` + ``slack_user_id``) linked to a callgate user:
+    a click on a Slack message's Approve or Reject decides as that user. Set by the user on
+    the Notifications page or by an admin; one callgate user per Slack user."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_identities"
+    )
+    team_id = models.CharField(max_length=32, help_text="Slack workspace ID, e.g. T0123ABCD.")
+    slack_user_id = models.CharField(max_length=32, help_text="Slack member ID, e.g. U0123ABCD.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # an interaction's user is looked up by both
+            models.UniqueConstraint(
+                fields=["team_id", "slack_user_id"], name="slackidentity_unique_slack_user"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.slack_user_id} → {self.user}"
+
+
+class EmailSubscription(models.Model):
+    """An operator who asked for an email, with decision links, for each new review item
+    of a project."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # the notifier reads a project's subscribers; the page one user's rows
+            models.UniqueConstraint(fields=["project", "user"], name="emailsubscription_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} subscribed to {self.project}"
+
+
+class DecisionLink(models.Model):
+    """One signed decision link of a notification email: who may decide what on which
+    item. The link carries only ``nonce`` (signed, ``reviews.email_links``); ``used_at`` is
+    set in the decision's transaction, so a link decides at most once."""
+
+    nonce = models.CharField(max_length=32, unique=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    item = models.ForeignKey(ReviewItem, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    decision = models.CharField(max_length=20)
+    created_at = models.DateTimeField(default=timezone.now)
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.decision} link for #{self.item_id}"

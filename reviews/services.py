@@ -524,10 +524,18 @@ def allowed_decisions(item: ReviewItem) -> dict[str, str]:
 
 
 def review_item_decide(
-    *, item: ReviewItem, user, decision: str, reason: str = "", override: bool = False
+    *,
+    item: ReviewItem,
+    user,
+    decision: str,
+    reason: str = "",
+    override: bool = False,
+    via: str = "",
 ) -> ReviewItem:
     """Decide ``item``: close it (compare-and-swap on its open status) and change its call
     through ``call_apply_decision``, in one transaction; then tell the agent's webhook.
+    ``via`` names where the decision came from outside the browser (``"slack"``,
+    ``"email"``): kept in the audit row's ``detail``.
 
     ``override=True`` with a written ``reason`` approves a retry despite the unknown-outcome
     guard (audited as an override). Raises ReviewError (bad input, guard, illegal for the
@@ -585,6 +593,7 @@ def review_item_decide(
                 override=used_override,
                 call_before=call_before,
                 call_after=call.state,
+                detail={"via": via} if via else None,
             )
             webhook_outbox_add(item=item, call=call)
             # the tallies last: a transaction takes the call before the cells, as ingest does

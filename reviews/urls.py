@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reviews import views
+from reviews import notify_views, views
 
 app_name = "reviews"
 
@@ -18,4 +18,5 @@ urlpatterns = [
     path("<int:pk>/extend/", views.extend, name="extend"),
     path("<int:pk>/decide/", views.decide, name="decide"),
     path("<int:pk>/audit.csv", views.audit_csv, name="audit-csv"),
+    path("notifications/", notify_views.notification_settings, name="notifications"),
 ]

@@ -21,6 +21,9 @@ EXPECTED = {
     "callgate.tasks.reconcile_call": "reconcile",
     "reviews.tasks.webhook_deliver": "webhooks",
     "alerts.tasks.deliver_alert": "webhooks",
+    "reviews.tasks.slack_notify": "webhooks",
+    "reviews.tasks.slack_respond": "webhooks",
+    "reviews.tasks.email_notify": "webhooks",
     "callgate.tasks.sweep_reconciling": "default",
     "callgate.tasks.sweep_deadlines": "default",
     "callgate.tasks.purge_events": "default",
@@ -29,6 +32,14 @@ EXPECTED = {
     "reviews.tasks.sweep_webhooks": "default",
     "reviews.tasks.review_housekeeping": "default",
     "alerts.tasks.evaluate_alerts": "default",
+    "reviews.tasks.review_items_notify": "default",
+}
+#: tasks that send messages no receiver deduplicates: never sent twice after a lost worker
+SENT_ONCE = {
+    "alerts.tasks.deliver_alert",
+    "reviews.tasks.slack_notify",
+    "reviews.tasks.slack_respond",
+    "reviews.tasks.email_notify",
 }
 
 
@@ -66,7 +77,7 @@ class QueueRoutingTests(SimpleTestCase):
     def test_only_tasks_safe_to_repeat_are_redelivered_after_a_lost_worker(self):
         for name in self.registered():
             task = app.tasks[name]
-            again = name != "alerts.tasks.deliver_alert"
+            again = name not in SENT_ONCE
             self.assertEqual((task.acks_late, task.reject_on_worker_lost), (again, again), name)
         self.assertEqual(app.conf.worker_prefetch_multiplier, 1)
 

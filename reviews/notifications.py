@@ -1,0 +1,355 @@
+"""Review items announced outside the dashboard, and decided from there (issue 31).
+
+A new review item (``callgate.escalation`` enqueues ``reviews.tasks.review_items_notify``
+on commit) is posted to the project's Slack incoming webhook (``reviews.slack``) and
+emailed (``email_notify``) to the operators who subscribed (``EmailSubscription``) and to the
+project's addresses (``ProjectNotifications.emails``). An email to an operator carries
+signed decision links:
+
+    {CALLGATE_BASE_URL}/integrations/email/<token>/
+
+``token`` is ``django.core.signing.dumps({"n": nonce}, salt=EMAIL_LINK_SALT)``: timestamped
+and signed with SECRET_KEY, valid ``CALLGATE_EMAIL_LINK_MAX_AGE`` seconds; the nonce names
+a ``DecisionLink`` row (item, user, decision) that the decision's transaction marks used,
+so a link decides at most once. GET (or HEAD: mail scanners prefetch links) only shows a
+confirmation page; its POST decides.
+
+Every decision from outside goes through ``reviews.services.review_item_decide`` (the
+browser's compare-and-swap, audit and reason) with ``via`` naming the channel, as a user
+who is an operator (or more) of the item's project at that moment.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core import signing
+from django.core.mail import EmailMultiAlternatives, get_connection
+from django.db import transaction
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+
+from callgate.labels import label
+from callgate.models import Membership
+from callgate.paths import absolute_url
+from reviews.models import (
+    DecisionLink,
+    EmailSubscription,
+    ProjectNotifications,
+    ReviewItem,
+    SlackIdentity,
+)
+from reviews.services import ReviewError, allowed_decisions, review_item_decide
+
+#: The signing salt of email decision links (no other signed value can pass for one).
+EMAIL_LINK_SALT = "callgate.reviews.email-decision-link"
+#: The decisions an email link may take, and the words of its button.
+LINK_DECISIONS = {"approve": "Approve", "approve_retry": "Approve retry", "reject": "Reject"}
+#: The longest arguments summary in a message (characters of compact JSON).
+ARGUMENTS_SUMMARY_MAX = 300
+
+
+def arguments_summary(arguments: object) -> str:
+    """The call's (already redacted) arguments as compact JSON, cut to
+    ``ARGUMENTS_SUMMARY_MAX`` characters with an ellipsis."""
+    text = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "), default=str)
+    if len(text) > ARGUMENTS_SUMMARY_MAX:
+        text = text[: ARGUMENTS_SUMMARY_MAX - 1] + "…"
+    return text
+
+
+def item_url(item: ReviewItem) -> str:
+    """The item page's absolute URL (``CALLGATE_BASE_URL`` + its path)."""
+    path = reverse("reviews:item", args=[item.project.slug, item.pk])
+    return absolute_url(path)
+
+
+def settings_url(item_pk: int) -> str:
+    """The absolute URL of the Notifications page of item ``item_pk``'s project (the one the
+    Slack message came from; the base URL when there is no such item)."""
+    slug = ReviewItem.objects.filter(pk=item_pk).values_list("project__slug", flat=True).first()
+    path = reverse("reviews:notifications", args=[slug]) if slug else "/"
+    return absolute_url(path)
+
+
+def outcome(item: ReviewItem) -> str:
+    """A closed item in one line: "Approved by ana at 2026-12-06 00:10 UTC: <reason>"."""
+    if item.status != ReviewItem.Status.RESOLVED:
+        return f"{item.get_status_display()}."
+    who = item.resolved_by.get_username() if item.resolved_by else "someone"
+    when = f" at {item.resolved_at:%Y-%m-%d %H:%M} UTC" if item.resolved_at else ""
+    why = f": {item.resolution_reason}" if item.resolution_reason else ""
+    return f"{label(item.resolution, 'decision')} by {who}{when}{why}"
+
+
+def item_for_decider(*, user, item_pk: int) -> tuple[ReviewItem | None, str]:
+    """``(item, "")`` when ``user`` may decide review item ``item_pk`` (an operator, manager
+    or admin of its project), else ``(None, why)``: an item of a project the user is not a
+    member of reads as not found, as in the browser."""
+    item = (
+        ReviewItem.objects.select_related("project", "call", "call__contract", "agent")
+        .filter(pk=item_pk)
+        .first()
+    )
+    membership = (
+        Membership.objects.filter(user=user, project_id=item.project_id).first() if item else None
+    )
+    if item is None or membership is None:
+        return None, "No such review item in your projects."
+    if not membership.has_role(Membership.Role.OPERATOR):
+        return None, (
+            f"Deciding needs the operator role in {item.project.name}; "
+            f"you are a {membership.get_role_display().lower()} there."
+        )
+    return item, ""
+
+
+def decide(*, item: ReviewItem, user, decision: str, reason: str, via: str) -> ReviewItem:
+    """``review_item_decide`` for a decision taken outside the browser (``via``: "slack",
+    "email"); only the decisions a link or button offers. Raises what it raises."""
+    if decision not in LINK_DECISIONS:
+        raise ReviewError(f"Unknown decision {decision!r}.")
+    return review_item_decide(item=item, user=user, decision=decision, reason=reason, via=via)
+
+
+def offered_decisions(item: ReviewItem) -> list[str]:
+    """The decisions a message offers for ``item``: the one approval it allows now (an
+    approval request's approve, or an escalation's approve retry), then reject."""
+    allowed = allowed_decisions(item)
+    approve = [d for d in ("approve", "approve_retry") if not allowed[d]][:1]
+    return [*approve, "reject"] if item.is_open else []
+
+
+# --- email decision links ----------------------------------------------------------------------
+
+
+class LinkError(Exception):
+    """A decision link that cannot be used; ``status`` is the HTTP answer (400 tampered,
+    410 used or expired, 403 the user lost the role) and the message is for the page."""
+
+    def __init__(self, message: str, *, status: int, item: ReviewItem | None = None):
+        super().__init__(message)
+        self.status = status
+        self.item = item  # the link's item, to point at, when the link is only used up
+
+
+def decision_link_create(*, item: ReviewItem, user, decision: str) -> str:
+    """A new single-use link for ``user`` to take ``decision`` on ``item``: its absolute URL."""
+    link = DecisionLink.objects.create(
+        nonce=secrets.token_hex(16),
+        project_id=item.project_id,
+        item=item,
+        user=user,
+        decision=decision,
+    )
+    token = signing.dumps({"n": link.nonce}, salt=EMAIL_LINK_SALT, compress=True)
+    return absolute_url(reverse("email-decision", args=[token]))
+
+
+def decision_link_read(token: str) -> DecisionLink:
+    """The link ``token`` names, with its item and user, if it can still decide. Raises
+    ``LinkError``: 400 tampered (bad signature, unknown nonce), 410 expired (older than
+    ``CALLGATE_EMAIL_LINK_MAX_AGE``) or used, 403 its user is no longer an operator of the
+    project (or is deactivated)."""
+    try:
+        data = signing.loads(
+            token, salt=EMAIL_LINK_SALT, max_age=settings.CALLGATE_EMAIL_LINK_MAX_AGE
+        )
+    except signing.SignatureExpired as exc:
+        raise LinkError(
+            "This decision link has expired. Open the item in callgate to decide.", status=410
+        ) from exc
+    except signing.BadSignature as exc:
+        raise LinkError(
+            "This decision link is not valid: it was changed or cut. Use the whole link from "
+            "the email, or open the item in callgate.",
+            status=400,
+        ) from exc
+    link = (
+        DecisionLink.objects.select_related(
+            "user", "item", "item__project", "item__call", "item__call__contract", "item__agent"
+        )
+        .filter(nonce=data.get("n") if isinstance(data, dict) else None)
+        .first()
+    )
+    if link is None or link.decision not in LINK_DECISIONS:
+        raise LinkError("This decision link is not valid.", status=400)
+    if link.used_at is not None:
+        raise LinkError(
+            f"This decision link was used at {link.used_at:%Y-%m-%d %H:%M} UTC; a link decides once.",
+            status=410,
+            item=link.item,
+        )
+    item, why = item_for_decider(user=link.user, item_pk=link.item_id)
+    if item is None or not link.user.is_active:
+        raise LinkError(why or "Your account is deactivated.", status=403)
+    return link
+
+
+def decision_link_use(*, token: str, reason: str = "") -> ReviewItem:
+    """Take the decision of link ``token`` as its user: the link is marked used in the
+    decision's transaction (a second use, or two at once, is a 410), so a decision that
+    fails (someone else decided first: ``ReviewConflict``; a missing reason:
+    ``ReviewError``) leaves it unused. Raises ``LinkError`` as ``decision_link_read``."""
+    with transaction.atomic():
+        link = decision_link_read(token)
+        used = DecisionLink.objects.filter(pk=link.pk, used_at=None).update(used_at=timezone.now())
+        if not used:
+            raise LinkError("This decision link was used already; a link decides once.", status=410)
+        return decide(
+            item=link.item, user=link.user, decision=link.decision, reason=reason, via="email"
+        )
+
+
+# --- who is told --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recipient:
+    """One address to email about an item, and the user whose decision links it gets (None:
+    only the item's link)."""
+
+    address: str
+    user: object | None
+
+
+def email_recipients(project_id: int) -> list[Recipient]:
+    """The subscribed operators of the project (by their account's address), then the
+    project's addresses; an address of an operator of the project gets that operator's
+    links. One message per address."""
+    operators = {
+        m.user.email.lower(): m.user
+        for m in Membership.objects.select_related("user").filter(
+            project_id=project_id,
+            role__in=[Membership.Role.OPERATOR, Membership.Role.MANAGER, Membership.Role.ADMIN],
+            user__is_active=True,
+        )
+        if m.user.email
+    }
+    subscribed = set(
+        EmailSubscription.objects.filter(project_id=project_id).values_list("user_id", flat=True)
+    )
+    found: dict[str, Recipient] = {}
+    for address, user in operators.items():
+        if user.pk in subscribed:
+            found[address] = Recipient(user.email, user)
+    config = ProjectNotifications.objects.filter(project_id=project_id).first()
+    for address in config.email_list() if config else []:
+        found.setdefault(address.lower(), Recipient(address, operators.get(address.lower())))
+    return list(found.values())
+
+
+def email_notify(*, item: ReviewItem) -> int:
+    """Email every recipient of the item's project about ``item`` (plain text and HTML),
+    each operator with their own decision links. Returns how many messages were sent;
+    raises what the mail backend raises (``smtplib.SMTPException``, ``OSError``)."""
+    if not item.is_open:
+        return 0
+    recipients = email_recipients(item.project_id)
+    if not recipients:
+        return 0
+    decisions = offered_decisions(item)
+    reason = label(item.reason, "reason")
+    kind = "Approval requested" if item.kind == ReviewItem.Kind.APPROVAL else "Review needed"
+    subject = f"[callgate] {kind}: {item.call.tool_name} · {reason}"
+    messages = []
+    for recipient in recipients:
+        links = (
+            [
+                (
+                    LINK_DECISIONS[d],
+                    decision_link_create(item=item, user=recipient.user, decision=d),
+                )
+                for d in decisions
+            ]
+            if recipient.user is not None
+            else []
+        )
+        context = {
+            "item": item,
+            "kind": kind,
+            "reason": reason,
+            "item_url": item_url(item),
+            "links": links,
+            "arguments": arguments_summary(item.call.arguments),
+            "max_age_hours": settings.CALLGATE_EMAIL_LINK_MAX_AGE // 3600,
+        }
+        message = EmailMultiAlternatives(
+            subject,
+            render_to_string("reviews/email/item_opened.txt", context),
+            None,
+            [recipient.address],
+        )
+        message.attach_alternative(
+            render_to_string("reviews/email/item_opened.html", context), "text/html"
+        )
+        messages.append(message)
+    with get_connection() as connection:
+        return connection.send_messages(messages) or 0
+
+
+def review_items_channels(item_ids: list[int]) -> tuple[list[int], list[int]]:
+    """Of the new items ``item_ids``, those still open whose project posts to Slack, and
+    those whose project has anyone to email: ``(slack, email)``. Three queries whatever
+    the number of items (most projects have neither: nothing more happens)."""
+    items = list(
+        ReviewItem.objects.filter(pk__in=item_ids, status__in=ReviewItem.OPEN_STATUSES).values_list(
+            "pk", "project_id"
+        )
+    )
+    projects = {project_id for _pk, project_id in items}
+    configs = {
+        c.project_id: c for c in ProjectNotifications.objects.filter(project_id__in=projects)
+    }
+    subscribed = set(
+        EmailSubscription.objects.filter(project_id__in=projects).values_list(
+            "project_id", flat=True
+        )
+    )
+    slack = [pk for pk, p in items if p in configs and configs[p].slack_webhook_url]
+    email = [pk for pk, p in items if p in subscribed or (p in configs and configs[p].emails)]
+    return slack, email
+
+
+def slack_webhook_of(item: ReviewItem) -> str:
+    """The item's project's Slack incoming webhook URL ("" when none)."""
+    config = ProjectNotifications.objects.filter(project_id=item.project_id).first()
+    return config.slack_webhook_url if config else ""
+
+
+# --- the Notifications page's writes ------------------------------------------------------------
+
+
+def slack_identity_of(user) -> SlackIdentity | None:
+    """The Slack member ``user`` linked, if any."""
+    return SlackIdentity.objects.filter(user=user).first()
+
+
+def email_subscribed(*, user, project_id: int) -> bool:
+    """Whether ``user`` gets the project's review item emails."""
+    return EmailSubscription.objects.filter(user=user, project_id=project_id).exists()
+
+
+def slack_identity_set(*, user, team_id: str, slack_user_id: str) -> None:
+    """Link ``user`` to one Slack member (replacing the user's previous link). The form has
+    checked that no other user holds that member; a race still ends in IntegrityError."""
+    with transaction.atomic():
+        SlackIdentity.objects.filter(user=user).delete()
+        SlackIdentity.objects.create(user=user, team_id=team_id, slack_user_id=slack_user_id)
+
+
+def slack_identity_remove(*, user) -> None:
+    """Unlink ``user`` from Slack: clicks of that Slack member decide nothing any more."""
+    SlackIdentity.objects.filter(user=user).delete()
+
+
+def email_subscription_set(*, user, project_id: int, subscribed: bool) -> None:
+    """Subscribe ``user`` to the project's review item emails, or unsubscribe."""
+    if subscribed:
+        EmailSubscription.objects.get_or_create(user=user, project_id=project_id)
+    else:
+        EmailSubscription.objects.filter(user=user, project_id=project_id).delete()
