@@ -23,29 +23,14 @@ from callgate_sdk.wire import canonical_arguments, derive_operation_id, edited_a
 from reviews import services, webhooks
 from reviews.models import ReviewAudit, ReviewItem
 from tests.factories import BaseTestCase
-from tests.reviews.fixtures import make_contract, make_item
+from tests.reviews.fixtures import REFUND, REFUND_PROPOSED, make_item, make_refund_approval
 
-REFUND = {
-    "type": "object",
-    "properties": {
-        "ticket_id": {"type": "string", "pattern": "^T-[0-9]+$"},
-        "amount": {"type": "integer", "minimum": 1, "maximum": 500},
-        "card_number": {"type": "string", "pattern": "^[0-9]{16}$"},
-        "nonce": {"type": "string"},
-    },
-    "required": ["ticket_id", "amount"],
-    "additionalProperties": False,
-}
-PROPOSED = {"ticket_id": "T-1042", "amount": 120, "card_number": "•••", "nonce": "n-1"}
+PROPOSED = REFUND_PROPOSED
 
 
 class EditsTestCase(BaseTestCase):
     def setUp(self):
-        contract = make_contract(self.project, "issue_refund", requires_approval=True)
-        contract.parameters = REFUND
-        contract.volatile_arguments = ["/nonce"]
-        contract.save(update_fields=["parameters", "volatile_arguments"])
-        self.item = make_item(self.project, self.agent, kind="approval", arguments=PROPOSED)
+        self.item = make_refund_approval(self.project, self.agent)
         self.call = self.item.call
 
     def edit(self, **changes) -> dict:

@@ -9,24 +9,17 @@ import json
 from callgate.models import ToolCall
 from reviews.models import ReviewAudit
 from tests.browser_support import BrowserTestCase
-from tests.reviews.fixtures import make_contract, make_item
-from tests.reviews.test_approve_with_edits import PROPOSED, REFUND
+from tests.reviews.fixtures import REFUND_PROPOSED as PROPOSED
+from tests.reviews.fixtures import make_refund_approval
 
 
 class ApproveWithEditsBrowserTests(BrowserTestCase):
     viewport = {"width": 1440, "height": 900}
 
-    def approval(self):
-        contract = make_contract(self.project, "issue_refund", requires_approval=True)
-        contract.parameters = REFUND
-        contract.volatile_arguments = ["/nonce"]
-        contract.save(update_fields=["parameters", "volatile_arguments"])
-        return make_item(self.project, self.agent, kind="approval", arguments=PROPOSED)
-
     def test_it_edits_shows_a_problem_by_path_then_approves_at_1440_and_390_px(self):
         for width, height in ((1440, 900), (390, 844)):
             with self.subTest(width=width):
-                item = self.approval()
+                item = make_refund_approval(self.project, self.agent)
                 self.page.set_viewport_size({"width": width, "height": height})
                 self.login("alice")
                 self.visit(f"/p/{self.project.slug}/review/{item.pk}/")
