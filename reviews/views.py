@@ -546,6 +546,8 @@ def decide(request: ProjectRequest, pk: int) -> HttpResponse:
         except json.JSONDecodeError as exc:
             problem = f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
             return _edit_refused(request, item, [{"path": "$", "msg": problem}])
+        except RecursionError:
+            return _edit_refused(request, item, [{"path": "$", "msg": "nested too deeply"}])
         if not isinstance(arguments, dict):
             return _edit_refused(request, item, [{"path": "$", "msg": "must be a JSON object"}])
     override = form.cleaned_data["override"]

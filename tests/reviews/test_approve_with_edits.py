@@ -224,6 +224,10 @@ class ApproveWithEditsViewTests(EditsTestCase):
         assert response.status_code == 422
         text = response.content.decode()
         assert "not JSON" in text and "line 1" in text
+        for deep in ("[" * 100_000, '{"a":' * 100 + "1" + "}" * 100):
+            response = self.post(deep, **htmx)
+            assert response.status_code == 422, deep[:20]
+            assert "nested" in response.content.decode()
         response = self.post(json.dumps(self.edit(amount=9000)), **htmx)
         assert response.status_code == 422
         text = response.content.decode()
