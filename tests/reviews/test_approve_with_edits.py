@@ -167,6 +167,14 @@ class AgentToldTests(EditsTestCase):
             assert body["verdict"] == "allow"
             assert body["decision"]["arguments"] == self.edit(amount=80)
             assert body["decision"]["proposed_operation_id"] == proposed_op
+        # the call page answers under the proposed ID too, and names it
+        self.client.force_login(self.alice)
+        page = self.client.get(
+            reverse("callgate:call_detail", args=[self.project.slug, proposed_op])
+        )
+        assert page.status_code == 200
+        assert call.operation_id in page.content.decode()
+        assert f'proposed as <span class="op">{proposed_op}</span>' in page.content.decode()
         # another project's key still sees nothing under either ID
         assert self.api(self.other_key).get(f"/api/v1/calls/{proposed_op}").status_code == 404
 
