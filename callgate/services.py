@@ -298,6 +298,10 @@ def call_apply_decision(*, call: ToolCall, decision: str, reason: str, user) -> 
     return _apply_one(call=call, event=event, source=CallEvent.Source.OPERATOR, user=user)
 
 
+#: Why an edit cannot take the operation ID its arguments derive.
+TAKEN = "another call of this request already has these arguments; decide that call instead"
+
+
 class ArgumentsRefused(ValueError):
     """Edited arguments that cannot replace a call's: ``problems``, each
     ``{"path": "$.a[0]", "msg": "…"}`` (JSON paths as the gate's observations name them)."""
@@ -413,15 +417,7 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
         operation_id != call.operation_id
         and ToolCall.objects.filter(project_id=call.project_id, operation_id=operation_id).exists()
     ):
-        raise ArgumentsRefused(
-            [
-                {
-                    "path": "$",
-                    "msg": "another call of this request already has these arguments; "
-                    "decide that call instead",
-                }
-            ]
-        )
+        raise ArgumentsRefused([{"path": "$", "msg": TAKEN}])
     change = {
         "arguments": arguments_changes(call.arguments, new_arguments),
         "operation_id": {"from": call.operation_id, "to": operation_id},
@@ -433,16 +429,20 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
     call.arguments = call.decision_arguments = new_arguments
     call.arguments_digest = hashlib.sha256(canonical).hexdigest()
     call.updated_at = timezone.now()
-    call.save(
-        update_fields=[
-            "operation_id",
-            "proposed_operation_id",
-            "arguments",
-            "decision_arguments",
-            "arguments_digest",
-            "updated_at",
-        ]
-    )
+    try:
+        with transaction.atomic():  # a savepoint: another edit may take the ID meanwhile
+            call.save(
+                update_fields=[
+                    "operation_id",
+                    "proposed_operation_id",
+                    "arguments",
+                    "decision_arguments",
+                    "arguments_digest",
+                    "updated_at",
+                ]
+            )
+    except IntegrityError:
+        raise ArgumentsRefused([{"path": "$", "msg": TAKEN}]) from None
     return call, change
 
 
