@@ -351,8 +351,8 @@ class ReviewBrowserTests(BrowserTestCase):
             "?",
         ]  # after the swap too
         self.visit(self.item_path(approval))
-        # an approval: nothing to reconcile, so no r
-        assert self.visible_help_keys() == ["c", "a", "x", "e", "n", "u", "?"]
+        # an approval: nothing to reconcile, so no r; its arguments can be edited (w)
+        assert self.visible_help_keys() == ["c", "a", "w", "x", "e", "n", "u", "?"]
         self.page.keyboard.press("x")  # x rejects on the item page, as the help says
         self.page.get_by_label("Reason (the agent reads it as the observation)").wait_for()
         self.assert_no_console_errors()
