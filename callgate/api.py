@@ -642,15 +642,19 @@ class CallDetailApi(APIView):
     @extend_schema(
         operation_id="calls_retrieve",
         summary="A call's state, reason, route, attempts, receipt and review decision",
-        description="One of this key's agent's calls; another agent's call answers 404.",
+        description="One of this key's agent's calls; another agent's call answers 404. A call "
+        "an operator approved with edited arguments answers under the operation ID it was "
+        "proposed under too; `operation_id` is then its new one and `decision.arguments` the "
+        "arguments to execute.",
         responses={200: CallDetail, 401: ErrorBody, 404: ErrorBody},
     )
     def get(self, request: Request, operation_id: str) -> Response:
         principal = _agent(request)
-        call = (
-            ToolCall.objects.select_related("agent", "contract")
-            .filter(project=principal.project, agent=principal.agent, operation_id=operation_id)
-            .first()
+        call = selectors.call_by_operation(
+            calls=ToolCall.objects.select_related("agent", "contract").filter(
+                project=principal.project, agent=principal.agent
+            ),
+            operation_id=operation_id,
         )
         if call is None:
             raise Http404

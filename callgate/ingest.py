@@ -142,6 +142,8 @@ def call_answer(call: ToolCall, *, contract: ToolContract | None = None) -> dict
             "decision": call.decision,
             "reason": call.decision_reason,
             "decided_at": call.decided_at.isoformat() if call.decided_at else None,
+            "arguments": call.decision_arguments,
+            "proposed_operation_id": call.proposed_operation_id or None,
         }
     return {
         "operation_id": call.operation_id,

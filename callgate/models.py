@@ -273,6 +273,18 @@ class ToolCall(models.Model):
         db_index=False,
     )
     decided_at = models.DateTimeField(null=True, blank=True)
+    decision_arguments = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The arguments an operator approved with edits (redacted, as stored); "
+        "null when the decision kept the agent's.",
+    )
+    proposed_operation_id = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The operation ID the agent proposed the call under, when an operator's "
+        "edit of the arguments gave the call a new one.",
+    )
 
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -306,6 +318,13 @@ class ToolCall(models.Model):
             models.Index(fields=["project", "request_id", "call_id"], name="toolcall_request_call"),
             # GET /api/v1/calls?trace_id=… and the calls page's trace filter (OpenTelemetry)
             models.Index(fields=["project", "trace_id"], name="toolcall_project_trace"),
+            # an agent still waiting under the operation ID it proposed, after an operator's
+            # edit of the arguments renamed the call (GET /api/v1/calls/{operation_id})
+            models.Index(
+                fields=["project", "proposed_operation_id"],
+                condition=~models.Q(proposed_operation_id=""),
+                name="toolcall_proposed_operation",
+            ),
             # sweeps over every project, each reading only the calls it is about
             models.Index(
                 fields=["reconcile_requested_at"],

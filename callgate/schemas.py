@@ -326,6 +326,18 @@ class Decision(BaseModel):
     decision: str
     reason: str
     decided_at: datetime | None
+    arguments: dict | None = Field(
+        None,
+        description="The arguments the operator approved with edits: execute the call with "
+        "these, not the proposed ones. A value shown as `•••` is a sensitive value callgate "
+        "never stored: keep your own there. Null when the decision kept the proposed arguments.",
+    )
+    proposed_operation_id: str | None = Field(
+        None,
+        description="The operation ID the call was proposed under, when the edit changed its "
+        "canonical arguments and so gave it a new one (`operation_id`; TAXONOMY v2: one "
+        "operation ID names one set of arguments). Execute and report under `operation_id`.",
+    )
 
 
 class CallAnswer(BaseModel):

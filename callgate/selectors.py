@@ -273,12 +273,26 @@ def call_filter_choices(*, project: Project) -> dict:
 # --- one call ---------------------------------------------------------------------------
 
 
-def call_for_detail(*, project: Project, operation_id: str) -> ToolCall | None:
-    """The call with its agent, contract and decider, or None (also for other projects' calls)."""
+def call_by_operation(*, calls, operation_id: str) -> ToolCall | None:
+    """The call of ``calls`` (a queryset already scoped to a project, or an agent) named by
+    ``operation_id``: its own, or the one it was proposed under before an operator's edit
+    gave it a new one (``services.call_arguments_edit``)."""
     return (
-        ToolCall.objects.select_related("agent", "contract", "decided_by")
-        .filter(project=project, operation_id=operation_id)
+        calls.filter(operation_id=operation_id).first()
+        or calls.filter(proposed_operation_id=operation_id)
+        .exclude(proposed_operation_id="")
         .first()
+    )
+
+
+def call_for_detail(*, project: Project, operation_id: str) -> ToolCall | None:
+    """The call with its agent, contract and decider, or None (also for other projects'
+    calls); by its operation ID or the one it was proposed under (``call_by_operation``)."""
+    return call_by_operation(
+        calls=ToolCall.objects.select_related("agent", "contract", "decided_by").filter(
+            project=project
+        ),
+        operation_id=operation_id,
     )
 
 

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from callgate.classification import schema_problems
+from callgate.classification import schema_problems, validate_arguments
 from callgate.inbox import EventRefused, event_settle
 from callgate.ingest import events_apply
 from callgate.lifecycle import IllegalTransition
@@ -41,7 +41,15 @@ from callgate.schemas import (
     TurnEvent,
 )
 from callgate.taxonomy import Reason, Route, category_of
-from callgate_sdk.wire import arguments_digest, canonical_arguments, derive_operation_id, redact
+from callgate_sdk.wire import (
+    MAX_JSON_DEPTH,
+    REDACTED,
+    arguments_digest,
+    canonical_arguments,
+    derive_operation_id,
+    json_depth,
+    redact,
+)
 
 
 def project_create(*, slug: str, name: str) -> tuple[Project, bool]:
@@ -288,6 +296,154 @@ def call_apply_decision(*, call: ToolCall, decision: str, reason: str, user) -> 
         {"type": "decision", "decision": decision, "reason": reason or "", **_envelope(call)}
     )
     return _apply_one(call=call, event=event, source=CallEvent.Source.OPERATOR, user=user)
+
+
+#: Why an edit cannot take the operation ID its arguments derive.
+TAKEN = "another call of this request already has these arguments; decide that call instead"
+
+
+class ArgumentsRefused(ValueError):
+    """Edited arguments that cannot replace a call's: ``problems``, each
+    ``{"path": "$.a[0]", "msg": "…"}`` (JSON paths as the gate's observations name them)."""
+
+    def __init__(self, problems: list[dict]):
+        self.problems = problems
+        super().__init__("; ".join(f"{p['path']}: {p['msg']}" for p in problems))
+
+
+def _leaves(value, path: str = "$") -> dict[str, object]:
+    """Every scalar (and empty container) of a JSON value by its JSON path."""
+    if isinstance(value, dict) and value:
+        return {
+            k: v for key, item in value.items() for k, v in _leaves(item, f"{path}.{key}").items()
+        }
+    if isinstance(value, list) and value:
+        return {
+            k: v for i, item in enumerate(value) for k, v in _leaves(item, f"{path}[{i}]").items()
+        }
+    return {path: value}
+
+
+def arguments_changes(before, after) -> list[dict]:
+    """What an edit changed, leaf by leaf: ``[{"path", "from", "to"}]`` in path order; a
+    value added has ``from`` None, one removed ``to`` None."""
+    old, new = _leaves(before), _leaves(after)
+    return [
+        {"path": path, "from": old.get(path), "to": new.get(path)}
+        for path in sorted(old.keys() | new.keys())
+        if old.get(path, ...) != new.get(path, ...)
+    ]
+
+
+def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | None]:
+    """Replace the arguments of ``call`` (locked by the caller, in its transaction) with an
+    operator's ``arguments`` before approving it ("approve with edits"). Returns the call
+    and what changed (``{"arguments": [changes], "operation_id": {"from", "to"}}``), or
+    ``(call, None)`` when the edit equals the stored arguments (a plain approval).
+
+    Rules, in order; every failure raises ``ArgumentsRefused`` naming each problem by JSON
+    path, and nothing is written:
+
+    - ``arguments`` is a JSON object, at most ``MAX_JSON_DEPTH`` deep.
+    - Sensitive values (the contract's ``sensitive_fields`` and obvious secrets) are never
+      stored, so they cannot be edited: a value shown as ``•••`` left as is keeps the
+      agent's value (the agent puts its own back: ``callgate_sdk`` does), any other value
+      at a sensitive path is refused.
+    - The arguments are validated against the contract's JSON Schema with the gate's
+      validator (``classification.validate_arguments``); a kept ``•••`` stands for a value
+      the gate already accepted, so problems at its path are not the edit's.
+
+    The operation ID (TAXONOMY v2 "Operation IDs"): one operation ID names one set of
+    canonical arguments (a re-sent ID with other arguments is ``idempotency_mismatch``, and
+    a target that dedupes by it would answer the first arguments' result), so an edit that
+    changes the canonical arguments (volatile ones left out) is a new operation. It gets
+    the ID callgate gives any operation its runtime did not name: derived from the request
+    ID, the tool and the new canonical arguments (``wire.derive_operation_id``), or a fresh
+    ``op_<uuid>`` without a request ID. The ID the agent proposed is kept in
+    ``proposed_operation_id``, so an agent still waiting under it finds the call
+    (``GET /api/v1/calls/{operation_id}``, the MCP gateway) and learns the new one from the
+    answer. An edit of volatile arguments only keeps the ID. The digest is of the new
+    canonical arguments (with a kept ``•••`` as it stands: callgate never had the value).
+    """
+    contract = call.contract
+    problems: list[dict] = []
+    if not isinstance(arguments, dict):
+        raise ArgumentsRefused([{"path": "$", "msg": "must be a JSON object"}])
+    if json_depth(arguments) > MAX_JSON_DEPTH:
+        raise ArgumentsRefused([{"path": "$", "msg": f"nested deeper than {MAX_JSON_DEPTH}"}])
+    if contract is None:
+        raise ArgumentsRefused(
+            [{"path": "$", "msg": "the call has no contract to check edited arguments against"}]
+        )
+    stored = _leaves(call.arguments or {})
+    typed = _leaves(arguments)
+    hidden = _leaves(redact(arguments, contract.sensitive_fields or ()))
+    kept = set()
+    for path, value in hidden.items():
+        if value != REDACTED or typed.get(path) == REDACTED and stored.get(path) != REDACTED:
+            continue  # not sensitive, or "•••" typed where nothing was hidden: a plain value
+        if typed.get(path) == REDACTED:
+            kept.add(path)
+        else:
+            problems.append(
+                {
+                    "path": path,
+                    "msg": "a sensitive value: callgate never stores it, so it cannot be set "
+                    "here; leave •••, and the agent keeps its own value",
+                }
+            )
+    problems += [
+        {"path": p.path, "msg": p.message}
+        for p in validate_arguments(arguments, contract.parameters)
+        if p.path not in kept
+    ]
+    if problems:
+        raise ArgumentsRefused(problems)
+    new_arguments = redact(arguments, contract.sensitive_fields or ())
+    if new_arguments == call.arguments:
+        return call, None
+    volatile = contract.volatile_arguments or ()
+    canonical = canonical_arguments(arguments, volatile)
+    operation_id = call.operation_id
+    if canonical != canonical_arguments(call.arguments, volatile):
+        operation_id = (
+            derive_operation_id(
+                request_id=call.request_id, tool=call.tool_name, canonical=canonical
+            )
+            if call.request_id
+            else f"op_{uuid.uuid4().hex}"
+        )
+    if (
+        operation_id != call.operation_id
+        and ToolCall.objects.filter(project_id=call.project_id, operation_id=operation_id).exists()
+    ):
+        raise ArgumentsRefused([{"path": "$", "msg": TAKEN}])
+    change = {
+        "arguments": arguments_changes(call.arguments, new_arguments),
+        "operation_id": {"from": call.operation_id, "to": operation_id},
+    }
+    call.proposed_operation_id = call.proposed_operation_id or (
+        call.operation_id if operation_id != call.operation_id else ""
+    )
+    call.operation_id = operation_id
+    call.arguments = call.decision_arguments = new_arguments
+    call.arguments_digest = hashlib.sha256(canonical).hexdigest()
+    call.updated_at = timezone.now()
+    try:
+        with transaction.atomic():  # a savepoint: another edit may take the ID meanwhile
+            call.save(
+                update_fields=[
+                    "operation_id",
+                    "proposed_operation_id",
+                    "arguments",
+                    "decision_arguments",
+                    "arguments_digest",
+                    "updated_at",
+                ]
+            )
+    except IntegrityError:
+        raise ArgumentsRefused([{"path": "$", "msg": TAKEN}]) from None
+    return call, change
 
 
 def call_approval_expired(*, call: ToolCall) -> ToolCall:

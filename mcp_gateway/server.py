@@ -59,6 +59,8 @@ from callgate.ingest import call_answer
 from callgate.lifecycle import IllegalTransition
 from callgate.models import ApiKey, Project, ToolCall
 from callgate.schemas import AttemptEvent, ContractIn, GateRequest
+from callgate.selectors import call_by_operation
+from callgate_sdk.wire import edited_arguments
 from mcp_gateway import services
 from mcp_gateway.pool import META_OPERATION_ID, Outcome, UpstreamConnection, UpstreamSpec
 
@@ -238,6 +240,9 @@ class Gateway:
                 return _receipt_result(answer)
             if verdict == "pending_approval":
                 answer = await self._await_decision(caller, op, ctx)
+                edit = (answer["decision"] or {}).get("arguments")
+                if edit is not None:  # approved with edits: run those (and its new op ID)
+                    arguments = edited_arguments(edit, arguments)
                 continue
             runnable = verdict == "allow" and answer["state"] == ToolCall.State.ALLOWED
             if verdict == "retry" and (asked or unsent):
@@ -399,14 +404,26 @@ class Gateway:
 
 
 def _call_state(project: Project, op: str):
-    call = ToolCall.objects.select_related("contract").get(project=project, operation_id=op)
+    """The call's answer and approval timeout; by the operation ID it was proposed under too
+    (an operator's edit may have given it a new one)."""
+    call = call_by_operation(
+        calls=ToolCall.objects.select_related("contract").filter(project=project),
+        operation_id=op,
+    )
+    if call is None:
+        raise ToolCall.DoesNotExist(op)
     return call_answer(call), call.approval_expires_at
 
 
 def _approval_expire(project: Project, op: str) -> dict:
-    call = ToolCall.objects.select_related("contract", "agent", "project").get(
-        project=project, operation_id=op
+    call = call_by_operation(
+        calls=ToolCall.objects.select_related("contract", "agent", "project").filter(
+            project=project
+        ),
+        operation_id=op,
     )
+    if call is None:
+        raise ToolCall.DoesNotExist(op)
     with contextlib.suppress(IllegalTransition):  # decided meanwhile: read that instead
         call = core.call_approval_expired(call=call)
     return _call_state(project, op)[0]

@@ -267,6 +267,7 @@ class ReviewAudit(models.Model):
         RECONCILE = "reconcile", "Reconcile requested"
         EXTEND = "extend", "Approval timeout extended"
         APPROVE = "approve", "Approved"
+        EDIT_ARGUMENTS = "edit_arguments", "Arguments edited"
         APPROVE_RETRY = "approve_retry", "Approved retry"
         REJECT = "reject", "Rejected"
         MARK_APPLIED = "mark_applied", "Marked applied"

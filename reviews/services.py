@@ -12,6 +12,7 @@ Decisions change the CALL only through the core's ``callgate.services.call_apply
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -67,6 +68,18 @@ BULK_LIMIT = 1000
 
 class ReviewError(Exception):
     """An action that cannot be done (bad input, guard, wrong kind). The message is for the operator."""
+
+
+class ReviewArgumentsRefused(ReviewError):
+    """Edited arguments that do not fit the call's contract: ``problems``, each
+    ``{"path": "$.a[0]", "msg": "…"}`` (``callgate.services.call_arguments_edit``)."""
+
+    def __init__(self, problems: list[dict]):
+        self.problems = problems
+        super().__init__(
+            "The edited arguments were not saved: "
+            + "; ".join(f"{p['path']}: {p['msg']}" for p in problems)
+        )
 
 
 class ReviewConflict(ReviewError):
@@ -523,6 +536,10 @@ def allowed_decisions(item: ReviewItem) -> dict[str, str]:
     }
 
 
+#: Decisions that let the call run, so an operator may edit its arguments first.
+DECISIONS_WITH_EDITS = {"approve", "approve_retry"}
+
+
 def review_item_decide(
     *,
     item: ReviewItem,
@@ -531,6 +548,7 @@ def review_item_decide(
     reason: str = "",
     override: bool = False,
     via: str = "",
+    arguments: dict | None = None,
 ) -> ReviewItem:
     """Decide ``item``: close it (compare-and-swap on its open status) and change its call
     through ``call_apply_decision``, in one transaction; then tell the agent's webhook.
@@ -538,10 +556,18 @@ def review_item_decide(
     ``"email"``): kept in the audit row's ``detail``.
 
     ``override=True`` with a written ``reason`` approves a retry despite the unknown-outcome
-    guard (audited as an override). Raises ReviewError (bad input, guard, illegal for the
-    call's state: nothing is changed) or ReviewConflict (someone else acted first)."""
+    guard (audited as an override). ``arguments`` (approve and approve retry only: "approve
+    with edits") replaces the call's arguments first, in the same transaction, by
+    ``callgate.services.call_arguments_edit`` (validated against the contract; the operation
+    ID follows the canonical arguments, see there); the change, from → to, is its own
+    ``edit_arguments`` audit row, and the agent reads the arguments in the decision (the
+    call's answer, the webhook). Raises ReviewArgumentsRefused (the problems by JSON path),
+    ReviewError (bad input, guard, illegal for the call's state; for all three nothing is
+    changed) or ReviewConflict (someone else acted first: checked before the arguments)."""
     if decision not in DECISIONS:
         raise ReviewError(f"Unknown decision {decision!r}.")
+    if arguments is not None and decision not in DECISIONS_WITH_EDITS:
+        raise ReviewError("Only an approval can change the arguments.")
     reason = (reason or "").strip()
     if decision in DECISIONS_NEEDING_REASON and not reason:
         raise ReviewError("Give a reason: it becomes the observation the agent reads.")
@@ -578,8 +604,14 @@ def review_item_decide(
             )
             if not won:
                 raise _conflict(item, user, decision.replace("_", " "))
-            call = ToolCall.objects.select_for_update().get(pk=item.call_id)
+            call = (
+                ToolCall.objects.select_for_update(of=("self",))
+                .select_related("contract")
+                .get(pk=item.call_id)
+            )
             call_before = call.state
+            if arguments is not None:
+                _arguments_edit(item=item, call=call, user=user, arguments=arguments)
             call = core_services.call_apply_decision(
                 call=call, decision=decision, reason=reason, user=user
             )
@@ -607,6 +639,38 @@ def review_item_decide(
         ) from exc
     item.refresh_from_db()
     return item
+
+
+def _arguments_edit(*, item: ReviewItem, call: ToolCall, user, arguments: dict) -> None:
+    """The edit of an approval with edits, inside its transaction, audited from → to."""
+    try:
+        call, change = core_services.call_arguments_edit(call=call, arguments=arguments)
+    except core_services.ArgumentsRefused as exc:
+        raise ReviewArgumentsRefused(exc.problems) from exc
+    if change is None:
+        return
+    ops = change["operation_id"]
+    summary = "; ".join(
+        f"{c['path']}: {_shown(c['from'])} → {_shown(c['to'])}" for c in change["arguments"]
+    )
+    if ops["from"] != ops["to"]:
+        summary += f"; operation ID {ops['from']} → {ops['to']}"
+    review_audit(
+        item=item,
+        actor=user,
+        action=ReviewAudit.Action.EDIT_ARGUMENTS,
+        before=item.status,
+        after=item.status,
+        reason=summary[:5000],
+        call_before=call.state,
+        call_after=call.state,
+        detail=change,
+    )
+
+
+def _shown(value) -> str:
+    """A JSON value in an audit sentence ("—" for none)."""
+    return "—" if value is None else json.dumps(value, ensure_ascii=False)[:200]
 
 
 # --- bulk ----------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ possible. Without htmx, actions redirect back with a message.
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -33,7 +34,7 @@ from reviews import selectors, services
 from reviews.forms import BulkForm, CommentForm, DecisionForm, ExtendForm
 from reviews.models import ReviewItem, WebhookDelivery
 
-CONFIRMABLE = {"reject", "mark_failed", "mark_applied", "override", "approve_retry"}
+CONFIRMABLE = {"reject", "mark_failed", "mark_applied", "override", "approve_retry", "edit"}
 
 
 def _can_act(request) -> bool:
@@ -280,10 +281,13 @@ def _item_context(
     flash_kind: str = "",
     confirm: str = "",
     confirm_error: str = "",
+    edit_problems: list[dict] | None = None,
 ) -> dict:
     """The item page's context. ``flash_kind`` is "ok", "error" or "conflict" (someone
     else acted first: the banner offers a reload); ``confirm_error`` is shown inside the
-    open ``confirm`` form, which keeps what was typed (``reason``, ``preset`` of the POST)."""
+    open ``confirm`` form, which keeps what was typed (``reason``, ``preset`` of the POST);
+    ``edit_problems`` (``{"path", "msg"}``) beside the open "approve with edits" form, which
+    keeps the typed ``arguments``."""
     call = item.call
     args_json, redacted = selectors.call_arguments_display(call)
     progress = selectors.reconcile_progress(item=item)
@@ -322,6 +326,10 @@ def _item_context(
         "confirm_error": confirm_error,
         "confirm_reason": request.POST.get("reason", "") if confirm_error else "",
         "confirm_preset": request.POST.get("preset", "") if confirm_error else "",
+        "edit_problems": edit_problems or [],
+        "edit_text": request.POST.get("arguments", "") if edit_problems else args_json,
+        "edit_reason": request.POST.get("reason", "") if edit_problems else "",
+        "edit_decision": "approve" if item.kind == ReviewItem.Kind.APPROVAL else "approve_retry",
     }
 
 
@@ -500,15 +508,48 @@ DECISION_DONE = {
 }
 
 
+DECISION_DONE_WITH_EDITS = {
+    "approve": "Approved with your edits: the agent executes the call with the edited arguments",
+    "approve_retry": "Retry approved with your edits: the agent retries with the edited arguments",
+}
+
+
+def _edit_refused(request, item: ReviewItem, problems: list[dict]) -> HttpResponse:
+    """The "approve with edits" form again, with what was typed and each problem by path
+    (422; without htmx the problems are a message on the page)."""
+    if not request.htmx:
+        return _answer(
+            request, item, error=str(services.ReviewArgumentsRefused(problems)), status=422
+        )
+    context = _item_context(request, item, confirm="edit", edit_problems=problems)
+    return render(request, "reviews/item_detail.html#item", context, status=422)
+
+
 @require_POST
 @project_view(role=Role.OPERATOR)
 def decide(request: ProjectRequest, pk: int) -> HttpResponse:
-    """Approve / approve retry / reject / mark applied / mark failed (``decision`` in the form)."""
+    """Approve / approve retry / reject / mark applied / mark failed (``decision`` in the form).
+
+    ``arguments`` (approve and approve retry): "approve with edits", the call's arguments
+    as a JSON object text. Text that is not JSON, or arguments the contract refuses, answer
+    422 with the form kept and each problem by JSON path (``$`` and line/column for JSON
+    syntax); nothing changes."""
     item = _get_item(request, pk)
     form = DecisionForm(request.POST)
     if not form.is_valid():
         return _answer(request, item, error="Unknown decision.", status=422)
     decision = form.cleaned_data["decision"]
+    arguments = None
+    if "arguments" in request.POST:
+        try:
+            arguments = json.loads(request.POST["arguments"])
+        except json.JSONDecodeError as exc:
+            problem = f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+            return _edit_refused(request, item, [{"path": "$", "msg": problem}])
+        except RecursionError:
+            return _edit_refused(request, item, [{"path": "$", "msg": "nested too deeply"}])
+        if not isinstance(arguments, dict):
+            return _edit_refused(request, item, [{"path": "$", "msg": "must be a JSON object"}])
     override = form.cleaned_data["override"]
     needs_reason = decision in services.DECISIONS_NEEDING_REASON or (
         decision == "approve_retry" and override
@@ -542,18 +583,42 @@ def decide(request: ProjectRequest, pk: int) -> HttpResponse:
     ):
         # nor does it retry what the observation says not to retry (the item page can)
         return _answer(request, item, error=services.QUEUE_NO_RETRY, status=422)
-    return _run(
-        request,
-        item,
-        lambda: services.review_item_decide(
+    if arguments is None:
+        return _run(
+            request,
+            item,
+            lambda: services.review_item_decide(
+                item=item,
+                user=request.user,
+                decision=decision,
+                reason=form.reason_text(),
+                override=form.cleaned_data["override"],
+            ),
+            DECISION_DONE[decision],
+        )
+    before = item.call.operation_id
+    try:
+        decided = services.review_item_decide(
             item=item,
             user=request.user,
             decision=decision,
             reason=form.reason_text(),
             override=form.cleaned_data["override"],
-        ),
-        DECISION_DONE[decision],
-    )
+            arguments=arguments,
+        )
+    except services.ReviewArgumentsRefused as exc:
+        return _edit_refused(request, item, exc.problems)
+    except services.ReviewConflict as exc:
+        return _answer(request, exc.item, error=str(exc), status=409)
+    except services.ReviewError as exc:
+        return _answer(request, item, error=str(exc), status=422)
+    after = decided.call.operation_id
+    if decided.call.decision_arguments is None:
+        return _answer(
+            request, decided, ok=DECISION_DONE[decision] + " (the arguments were unchanged)"
+        )
+    new_op = f" under the new operation ID {after}" if after != before else ""
+    return _answer(request, decided, ok=f"{DECISION_DONE_WITH_EDITS[decision]}{new_op}.")
 
 
 @require_GET

@@ -15,7 +15,14 @@ Wire format (README "Decision webhooks"):
            "decision": "approve"|"reject"|"approve_retry"|"mark_applied"|"mark_failed"|"expired",
            "reason": str, "decided_at": RFC3339|null, "decided_by": str|null,
            "state": str, "route": str, "observation": str, "receipt": any|null,
-           "review_item": int|null}
+           "review_item": int|null, "arguments": object|null,
+           "proposed_operation_id": str|null}
+
+    ``arguments``: the arguments an operator approved with edits (execute these; a "•••"
+    is a sensitive value callgate never stored: keep your own, ``callgate_sdk.wire.
+    edited_arguments``), null when the decision kept the proposed ones.
+    ``proposed_operation_id``: the operation ID the call was proposed under when the edit
+    gave it a new one (``operation_id``), else null.
 
 The signature is the Standard Webhooks scheme (https://www.standardwebhooks.com/), made
 with its reference library ``standardwebhooks``; receivers verify with it
@@ -67,6 +74,8 @@ def webhook_payload(*, call: ToolCall, item_pk: int | None, delivery_id: str) ->
         "observation": call.observation,
         "receipt": call.receipt,
         "review_item": item_pk,
+        "arguments": call.decision_arguments,
+        "proposed_operation_id": call.proposed_operation_id or None,
     }
 
 

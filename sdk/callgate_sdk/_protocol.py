@@ -39,7 +39,7 @@ from callgate_sdk.models import (
 )
 from callgate_sdk.providers import Proposal, normalise
 from callgate_sdk.resilience import CircuitBreaker, backoff_delay
-from callgate_sdk.wire import derive_operation_id
+from callgate_sdk.wire import derive_operation_id, edited_arguments
 
 logger = logging.getLogger("callgate_sdk")
 
@@ -634,6 +634,7 @@ class Protocol:
                 op = answer.operation_id
 
         attempt_no = answer.attempts if answer else 0
+        arguments = dict(proposal.arguments) if parsed else {}
         executions = 0
         retries = 0
         last_result: Any = None
@@ -674,6 +675,11 @@ class Protocol:
                 answer = yield from self._wait(op, answer, wait_limit)
                 if answer.verdict in WAITING_VERDICTS:
                     return finish("waiting", answer)
+                if answer.decision is not None and answer.decision.arguments is not None:
+                    # approved with edits: run the operator's arguments (our own values where
+                    # they kept a redacted one), under the operation ID callgate now gives
+                    arguments = edited_arguments(answer.decision.arguments, arguments)
+                    op = answer.operation_id
                 continue
             if verdict == "retry":
                 if (
@@ -713,7 +719,7 @@ class Protocol:
             else:
                 executions += 1
                 attempt, last_result = yield from self._execute(
-                    execute, dict(proposal.arguments), op, timeout, attempt_no
+                    execute, dict(arguments), op, timeout, attempt_no
                 )
                 outcome = attempt["outcome"]
                 if outcome == "success" or not _counts_against_breaker(attempt):

@@ -47,6 +47,10 @@ class Decision(BaseModel):
     decision: str
     reason: str | None = None
     decided_at: str | None = None
+    #: the arguments an operator approved with edits ("•••": keep the proposed value), or None
+    arguments: dict[str, Any] | None = None
+    #: the operation ID proposed, when the edit gave the call a new one (``operation_id``)
+    proposed_operation_id: str | None = None
 
 
 class CallAnswer(BaseModel):

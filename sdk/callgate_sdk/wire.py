@@ -195,6 +195,28 @@ def redact(value: Any, sensitive: Iterable[str] = ()) -> Any:
     return walk(value, "")
 
 
+def edited_arguments(edited: Any, proposed: Any) -> Any:
+    """The arguments to execute after an operator approved ``edited`` ones (a decision's
+    ``arguments``): ``edited`` with each ``"•••"`` put back to the ``proposed`` value at
+    the same place. callgate never stores a sensitive value, so an operator can only leave
+    it as it was; the agent, which has it, restores it."""
+    if edited == REDACTED:
+        return proposed
+    if isinstance(edited, dict):
+        mine = proposed if isinstance(proposed, dict) else {}
+        return {
+            key: edited_arguments(item, mine[key]) if key in mine else item
+            for key, item in edited.items()
+        }
+    if isinstance(edited, list):
+        mine_list = proposed if isinstance(proposed, list) else []
+        return [
+            edited_arguments(item, mine_list[i]) if i < len(mine_list) else item
+            for i, item in enumerate(edited)
+        ]
+    return edited
+
+
 #: The most characters of one text (an error, a result string) that an event stores: longer
 #: texts keep their head and tail around a marker that gives the original length.
 STORED_TEXT_CHARS = 4_000

@@ -16,6 +16,8 @@ from django.test import TransactionTestCase
 from callgate.models import CallEvent, ToolCall, ToolContract
 from callgate.services import call_apply_decision
 from mcp_gateway.models import Upstream
+from reviews.models import ReviewItem
+from reviews.services import review_item_decide
 from tests.factories import BaseTestCase
 from tests.mcp_gateway.support import (
     HttpUpstream,
@@ -223,6 +225,45 @@ class GatewayApprovalTests(GatewayTestCase):
         self.assertTrue(result.isError)
         self.assertEqual(result.meta["callgate/state"], "rejected")
         self.assertEqual(self.log.calls("refund"), [])
+
+    def test_an_approval_with_edits_sends_the_edited_arguments_under_the_new_operation(self):
+        outcome = {}
+
+        async def body():
+            async with self.session() as session:
+                outcome["result"] = await session.call_tool(
+                    "refund", {"order_id": "A-7", "amount_cents": 900}
+                )
+
+        thread = threading.Thread(target=run, args=(body,), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        item = None
+        while time.monotonic() < deadline and item is None:
+            item = (
+                ReviewItem.objects.select_related("call__contract")
+                .filter(project=self.project, call__tool_name="refund", status="open")
+                .first()
+            )
+            time.sleep(0.2)
+        self.assertIsNotNone(item, "the refund never waited for approval")
+        proposed_op = item.call.operation_id
+        review_item_decide(
+            item=item,
+            user=self.alice,
+            decision="approve",
+            arguments={"order_id": "A-7", "amount_cents": 500},
+        )
+        thread.join(timeout=30)
+        result = outcome["result"]
+        self.assertFalse(result.isError, text_of(result))
+        call = ToolCall.objects.get(pk=item.call_id)
+        self.assertEqual(call.proposed_operation_id, proposed_op)
+        sent = self.log.calls("refund")
+        self.assertEqual(len(sent), 1)
+        self.assertEqual(sent[0]["arguments"], {"order_id": "A-7", "amount_cents": 500})
+        self.assertEqual(result.meta["callgate/operation_id"], call.operation_id)
+        self.assertEqual(call.state, "succeeded")
 
 
 class GatewayTimeoutTests(GatewayTestCase):

@@ -173,3 +173,28 @@ class ReviewPageTestCase(BaseTestCase):
 
     def item_url(self, item, name: str = "reviews:item") -> str:
         return reverse(name, args=["acme", item.pk])
+
+
+#: "Approve with edits": a refund needing approval, its schema (bounds, a pattern, no other
+#: keys), a sensitive card number (stored as •••) and a volatile nonce.
+REFUND = {
+    "type": "object",
+    "properties": {
+        "ticket_id": {"type": "string", "pattern": "^T-[0-9]+$"},
+        "amount": {"type": "integer", "minimum": 1, "maximum": 500},
+        "card_number": {"type": "string", "pattern": "^[0-9]{16}$"},
+        "nonce": {"type": "string"},
+    },
+    "required": ["ticket_id", "amount"],
+    "additionalProperties": False,
+}
+REFUND_PROPOSED = {"ticket_id": "T-1042", "amount": 120, "card_number": "•••", "nonce": "n-1"}
+
+
+def make_refund_approval(project, agent) -> ReviewItem:
+    """An open approval item for an ``issue_refund`` call proposed with ``REFUND_PROPOSED``."""
+    contract = make_contract(project, "issue_refund", requires_approval=True)
+    contract.parameters = REFUND
+    contract.volatile_arguments = ["/nonce"]
+    contract.save(update_fields=["parameters", "volatile_arguments"])
+    return make_item(project, agent, kind=ReviewItem.Kind.APPROVAL, arguments=REFUND_PROPOSED)

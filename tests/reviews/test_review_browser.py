@@ -362,8 +362,8 @@ class ReviewBrowserTests(BrowserTestCase):
             "?",
         ]  # after the swap too
         self.visit(self.item_path(approval))
-        # an approval: nothing to reconcile, so no r
-        assert self.visible_help_keys() == ["c", "a", "Shift+R", "e", "n", "u", "?"]
+        # an approval: nothing to reconcile, so no r; its arguments can be edited (w)
+        assert self.visible_help_keys() == ["c", "a", "w", "Shift+R", "e", "n", "u", "?"]
         self.page.keyboard.press("?")
         self.page.locator("dialog#shortcuts").wait_for()
         self.screenshot("review-item-shortcuts")

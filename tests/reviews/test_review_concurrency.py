@@ -15,7 +15,7 @@ from django.test import TransactionTestCase
 from callgate.models import Agent, Membership, Project, ToolCall
 from reviews import services
 from reviews.models import ReviewAudit, ReviewItem, ReviewRollup
-from tests.reviews.fixtures import make_item
+from tests.reviews.fixtures import REFUND_PROPOSED, make_item, make_refund_approval
 
 
 @unittest.skipUnless(connection.vendor == "postgresql", "needs PostgreSQL row locks")
@@ -85,6 +85,34 @@ class ReviewConcurrentDecisionTests(TransactionTestCase):
         assert (
             ReviewAudit.objects.filter(item=item, action__in=["reject", "mark_failed"]).count() == 1
         )
+        assert call.events.filter(kind="decision").count() == 1
+
+    def test_it_lets_exactly_one_of_two_approvals_with_edits_win(self):
+        item = make_refund_approval(self.project, self.agent)
+        a = ReviewItem.objects.select_related("call__contract").get(pk=item.pk)
+        b = ReviewItem.objects.select_related("call__contract").get(pk=item.pk)
+        outcomes = self.race(
+            [
+                lambda: services.review_item_decide(
+                    item=a,
+                    user=self.alice,
+                    decision="approve",
+                    arguments={**REFUND_PROPOSED, "amount": 80},
+                ),
+                lambda: services.review_item_decide(
+                    item=b,
+                    user=self.bob,
+                    decision="approve",
+                    arguments={**REFUND_PROPOSED, "amount": 50},
+                ),
+            ]
+        )
+        assert sorted(o == "won" for o in outcomes) == [False, True], outcomes
+        winner = (self.alice, 80) if outcomes[0] == "won" else (self.bob, 50)
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert (call.decided_by, call.arguments["amount"]) == winner
+        edits = ReviewAudit.objects.filter(item=item, action="edit_arguments")
+        assert [(e.actor, e.detail["arguments"][0]["to"]) for e in edits] == [winner]
         assert call.events.filter(kind="decision").count() == 1
 
     def test_it_lets_exactly_one_of_two_claims_win(self):

@@ -1,0 +1,331 @@
+"""Approve with edits (issue 31, point 3): an operator changes the arguments of a pending
+call before approving it. The edit is validated against the contract with the gate's
+validator, keeps redacted values, gives the call the operation ID its new canonical
+arguments derive, is audited from → to, and reaches the agent: the call's answer, the
+decision webhook, and the SDK, which executes the edited arguments."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from unittest import mock
+
+import httpx
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from django.test import override_settings
+from django.urls import reverse
+
+import reviews.tasks  # noqa: F401  (registers the delivery task the outbox sends by name)
+from callgate.models import Agent, ToolCall
+from callgate_sdk import CallgateClient
+from callgate_sdk.wire import canonical_arguments, derive_operation_id, edited_arguments
+from reviews import services, webhooks
+from reviews.models import ReviewAudit, ReviewItem
+from tests.factories import BaseTestCase
+from tests.reviews.fixtures import REFUND, REFUND_PROPOSED, make_item, make_refund_approval
+
+PROPOSED = REFUND_PROPOSED
+
+
+class EditsTestCase(BaseTestCase):
+    def setUp(self):
+        self.item = make_refund_approval(self.project, self.agent)
+        self.call = self.item.call
+
+    def edit(self, **changes) -> dict:
+        return {**PROPOSED, **changes}
+
+    def decide(self, arguments, *, user=None, item=None, decision="approve"):
+        return services.review_item_decide(
+            item=item or self.item,
+            user=user or self.alice,
+            decision=decision,
+            reason="Refund capped at 80 by policy.",
+            arguments=arguments,
+        )
+
+
+class ApproveWithEditsServiceTests(EditsTestCase):
+    def test_it_approves_the_edited_arguments_under_the_operation_id_they_derive(self):
+        proposed_op = self.call.operation_id
+        edited = self.edit(amount=80)
+        self.decide(edited)
+        call = ToolCall.objects.get(pk=self.call.pk)
+        assert call.state == ToolCall.State.ALLOWED and call.decision == "approve"
+        assert call.arguments == call.decision_arguments == edited  # card_number stays •••
+        expected_op = derive_operation_id(
+            request_id=call.request_id,
+            tool="issue_refund",
+            arguments=edited,
+            volatile_arguments=["/nonce"],
+        )
+        assert call.operation_id == expected_op != proposed_op
+        assert call.proposed_operation_id == proposed_op
+        assert (
+            call.arguments_digest
+            == hashlib.sha256(canonical_arguments(edited, ["/nonce"])).hexdigest()
+        )
+        row = ReviewAudit.objects.get(item=self.item, action=ReviewAudit.Action.EDIT_ARGUMENTS)
+        assert row.actor == self.alice
+        assert row.detail["arguments"] == [{"path": "$.amount", "from": 120, "to": 80}]
+        assert row.detail["operation_id"] == {"from": proposed_op, "to": expected_op}
+        assert "$.amount: 120 → 80" in row.reason and expected_op in row.reason
+        # the decision row follows the edit, with the operator's reason
+        decision_row = ReviewAudit.objects.get(item=self.item, action=ReviewAudit.Action.APPROVE)
+        assert decision_row.reason == "Refund capped at 80 by policy."
+
+    def test_it_refuses_arguments_the_contract_refuses_naming_each_path_and_changes_nothing(self):
+        before = ToolCall.objects.get(pk=self.call.pk)
+        bad = self.edit(ticket_id="1042", amount=0, refund_all=True)
+        try:
+            self.decide(bad)
+            raise AssertionError("accepted arguments the schema refuses")
+        except services.ReviewArgumentsRefused as exc:
+            paths = {p["path"] for p in exc.problems}
+            assert {"$.ticket_id", "$.amount", "$.refund_all"} <= paths, exc.problems
+            assert "$.amount" in str(exc)
+        after = ToolCall.objects.get(pk=self.call.pk)
+        assert (after.operation_id, after.arguments, after.state, after.arguments_digest) == (
+            before.operation_id,
+            before.arguments,
+            before.state,
+            before.arguments_digest,
+        )
+        self.item.refresh_from_db()
+        assert self.item.status == ReviewItem.Status.OPEN
+        assert not self.item.audit.exclude(action=ReviewAudit.Action.OPENED).exists()
+
+    def test_it_refuses_a_changed_sensitive_value_and_anything_but_an_object(self):
+        for arguments, path in (
+            (self.edit(card_number="4111111111111111"), "$.card_number"),
+            (["not", "an", "object"], "$"),
+        ):
+            try:
+                self.decide(arguments)
+                raise AssertionError(f"accepted {arguments!r}")
+            except services.ReviewArgumentsRefused as exc:
+                assert [p["path"] for p in exc.problems] == [path], exc.problems
+        assert ToolCall.objects.get(pk=self.call.pk).state == ToolCall.State.PENDING_APPROVAL
+
+    def test_a_volatile_change_keeps_the_operation_id_and_no_change_is_a_plain_approval(self):
+        op = self.call.operation_id
+        self.decide(self.edit(nonce="n-2"))
+        call = ToolCall.objects.get(pk=self.call.pk)
+        assert call.operation_id == op and call.proposed_operation_id == ""
+        assert call.decision_arguments == self.edit(nonce="n-2")
+
+        other = make_item(self.project, self.agent, kind="approval", arguments=PROPOSED)
+        self.decide(dict(PROPOSED), item=other)
+        call = ToolCall.objects.get(pk=other.call_id)
+        assert call.state == ToolCall.State.ALLOWED and call.decision_arguments is None
+        assert not other.audit.filter(action=ReviewAudit.Action.EDIT_ARGUMENTS).exists()
+
+    def test_only_an_approval_edits_arguments(self):
+        try:
+            self.decide(self.edit(amount=80), decision="reject")
+            raise AssertionError
+        except services.ReviewError as exc:
+            assert "Only an approval" in str(exc)
+
+    def test_two_operators_editing_at_once_one_wins_the_other_conflicts(self):
+        stale = ReviewItem.objects.select_related("call__contract").get(pk=self.item.pk)
+        self.decide(self.edit(amount=80))
+        try:
+            self.decide(self.edit(amount=50), user=self.bob, item=stale)
+            raise AssertionError("the second edit won too")
+        except services.ReviewConflict as exc:
+            assert "alice already decided" in str(exc)
+        call = ToolCall.objects.get(pk=self.call.pk)
+        assert call.arguments["amount"] == 80
+        assert ReviewAudit.objects.filter(item=self.item, action="edit_arguments").count() == 1
+
+    def test_an_escalated_call_is_retried_with_edits(self):
+        item = make_item(
+            self.project,
+            self.agent,
+            tool="issue_refund",
+            reason="reconciled_absent",
+            arguments=PROPOSED,
+        )
+        assert services.allowed_decisions(item)["approve_retry"] == ""
+        self.decide(self.edit(amount=60), item=item, decision="approve_retry")
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert call.decision == "approve_retry" and call.arguments["amount"] == 60
+
+
+class AgentToldTests(EditsTestCase):
+    def test_the_call_answers_under_both_operation_ids_with_the_edited_arguments(self):
+        proposed_op = self.call.operation_id
+        self.decide(self.edit(amount=80))
+        call = ToolCall.objects.get(pk=self.call.pk)
+        for op in (proposed_op, call.operation_id):
+            response = self.api().get(f"/api/v1/calls/{op}")
+            assert response.status_code == 200, response.content
+            body = response.json()
+            assert body["operation_id"] == call.operation_id
+            assert body["verdict"] == "allow"
+            assert body["decision"]["arguments"] == self.edit(amount=80)
+            assert body["decision"]["proposed_operation_id"] == proposed_op
+        # the call page answers under the proposed ID too, and names it
+        self.client.force_login(self.alice)
+        page = self.client.get(
+            reverse("callgate:call_detail", args=[self.project.slug, proposed_op])
+        )
+        assert page.status_code == 200
+        assert call.operation_id in page.content.decode()
+        assert f'proposed as <span class="op">{proposed_op}</span>' in page.content.decode()
+        # another project's key still sees nothing under either ID
+        assert self.api(self.other_key).get(f"/api/v1/calls/{proposed_op}").status_code == 404
+
+    def test_the_openapi_schema_documents_decision_arguments(self):
+        response = self.client.get("/api/v1/schema/")
+        if response.status_code == 404:
+            response = self.client.get("/api/schema/")
+        assert response.status_code == 200
+        text = response.content.decode()
+        assert "proposed_operation_id" in text and "approved with edits" in text
+
+    @override_settings(CALLGATE_OUTBOUND_ALLOW=["agent.example"])  # reached by name, no DNS
+    def test_the_decision_webhook_carries_the_edited_arguments(self):
+        Agent.objects.filter(pk=self.agent.pk).update(
+            webhook_url="https://agent.example/hooks/callgate", webhook_secret="s3cret"
+        )
+        received: list[httpx.Request] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            received.append(request)
+            return httpx.Response(204)
+
+        item = ReviewItem.objects.select_related("call__contract").get(pk=self.item.pk)
+        with (
+            mock.patch.object(webhooks, "TRANSPORT", httpx.MockTransport(handler)),
+            self.captureOnCommitCallbacks(execute=True),
+        ):
+            self.decide(self.edit(amount=80), item=item)
+        assert len(received) == 1
+        payload = json.loads(received[0].content)
+        call = ToolCall.objects.get(pk=self.call.pk)
+        assert payload["operation_id"] == call.operation_id
+        assert payload["proposed_operation_id"] == self.call.operation_id
+        assert payload["arguments"] == self.edit(amount=80)
+
+
+class ApproveWithEditsViewTests(EditsTestCase):
+    def url(self, name="decide"):
+        return reverse(f"reviews:{name}", args=[self.project.slug, self.item.pk])
+
+    def post(self, text, **headers):
+        return self.client.post(self.url(), {"decision": "approve", "arguments": text}, **headers)
+
+    def test_the_form_is_prefilled_with_pretty_json(self):
+        self.client.force_login(self.alice)
+        page = self.client.get(self.url("item"))
+        assert "Approve with edits…" in page.content.decode()
+        form = self.client.get(self.url("item") + "?confirm=edit").content.decode()
+        assert 'name="arguments"' in form
+        assert "&quot;amount&quot;: 120" in form  # indented JSON, escaped in the textarea
+
+    def test_bad_json_and_bad_arguments_answer_422_by_path_and_good_ones_approve(self):
+        self.client.force_login(self.alice)
+        htmx = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "item"}
+        response = self.post('{"amount": 80,', **htmx)
+        assert response.status_code == 422
+        text = response.content.decode()
+        assert "not JSON" in text and "line 1" in text
+        for deep in ("[" * 100_000, '{"a":' * 100 + "1" + "}" * 100):
+            response = self.post(deep, **htmx)
+            assert response.status_code == 422, deep[:20]
+            assert "nested" in response.content.decode()
+        response = self.post(json.dumps(self.edit(amount=9000)), **htmx)
+        assert response.status_code == 422
+        text = response.content.decode()
+        assert "<code>$.amount</code>" in text and "9000" in text  # the typed text is kept
+        assert ToolCall.objects.get(pk=self.call.pk).state == ToolCall.State.PENDING_APPROVAL
+        response = self.post(json.dumps(self.edit(amount=80)), **htmx)
+        assert response.status_code == 200
+        call = ToolCall.objects.get(pk=self.call.pk)
+        assert "Approved with your edits" in response.content.decode()
+        assert call.operation_id in response.content.decode()
+        assert call.arguments["amount"] == 80
+
+    def test_a_viewer_cannot_edit(self):
+        self.client.force_login(self.victor)
+        response = self.post(json.dumps(self.edit(amount=80)))
+        assert response.status_code in (403, 404)
+        assert ToolCall.objects.get(pk=self.call.pk).state == ToolCall.State.PENDING_APPROVAL
+
+
+class SdkRunsEditedArgumentsTests(BaseTestCase):
+    """The SDK against the real callgate (in-process over ``httpx.WSGITransport``): the
+    tool waits for approval, an operator approves with edits while it polls, and the tool
+    runs once, with the edited arguments and the agent's own sensitive value."""
+
+    def setUp(self):
+        # like Django's test client: keep the test's connection open across requests
+        request_started.disconnect(close_old_connections)
+        request_finished.disconnect(close_old_connections)
+        self.addCleanup(request_started.connect, close_old_connections)
+        self.addCleanup(request_finished.connect, close_old_connections)
+
+    def test_the_sdk_executes_the_edited_arguments_under_the_new_operation_id(self):
+        executed: list[tuple[dict, str]] = []
+
+        def operator_decides(_seconds: float) -> None:
+            item = ReviewItem.objects.select_related("call__contract").filter(
+                project=self.project, status=ReviewItem.Status.OPEN
+            )
+            for open_item in item:
+                edited = {**open_item.call.arguments, "amount": 80}
+                services.review_item_decide(
+                    item=open_item, user=self.alice, decision="approve", arguments=edited
+                )
+
+        client = CallgateClient(
+            base_url="http://testserver",
+            api_key=self.key,
+            transport=httpx.WSGITransport(app=WSGIHandler()),
+            sleep=operator_decides,
+        )
+        self.addCleanup(client.close)
+        client.register_tool(
+            "issue_refund",
+            parameters=REFUND,
+            effect="write",
+            requires_approval=True,
+            sensitive_fields=["card_number"],
+        )
+        proposed = {"ticket_id": "T-7", "amount": 120, "card_number": "4242424242424242"}
+
+        def refund(arguments: dict, operation_id: str) -> dict:
+            executed.append((arguments, operation_id))
+            return {"refunded": arguments["amount"]}
+
+        result = client.run(
+            "plain",
+            {"tool": "issue_refund", "arguments": proposed},
+            refund,
+            request_id="req-sdk-1",
+            wait_limit=60,
+        )
+        assert result.status == "succeeded", result
+        call = ToolCall.objects.get(project=self.project, tool_name="issue_refund")
+        assert executed == [({**proposed, "amount": 80}, call.operation_id)]
+        assert call.proposed_operation_id and call.proposed_operation_id != call.operation_id
+        assert result.operation_id == call.operation_id
+        assert call.state == ToolCall.State.SUCCEEDED and call.attempts == 1
+        assert call.arguments["card_number"] == "•••"  # never stored
+
+
+def test_edited_arguments_put_back_the_agents_own_redacted_values():
+    proposed = {"a": 1, "card": "4242", "items": [{"k": "x", "token": "t0"}], "gone": 2}
+    edited = {"a": 5, "card": "•••", "items": [{"k": "y", "token": "•••"}], "new": True}
+    assert edited_arguments(edited, proposed) == {
+        "a": 5,
+        "card": "4242",
+        "items": [{"k": "y", "token": "t0"}],
+        "new": True,
+    }
+    # a "•••" where the agent had nothing stays as typed
+    assert edited_arguments({"x": "•••"}, {}) == {"x": "•••"}
