@@ -218,7 +218,7 @@ class QueryPlanTests(TestCase):
             CallFilters(state="in_review"),
             CallFilters(since=now - timedelta(hours=24)),
             CallFilters(since=now - timedelta(days=7), until=now - timedelta(days=1)),
-            CallFilters(q=self.call.operation_id[:6]),
+            CallFilters(operation=self.call.operation_id[:6]),
             CallFilters(tool="search_orders", state="succeeded", reason="ok"),
         ]
         cursor = Cursor(created_at=self.call.created_at, id=self.call.pk)
