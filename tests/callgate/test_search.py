@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from callgate import search, selectors
-from callgate.models import Agent, ToolCall
+from callgate.models import Agent
 from callgate.search import QueryError, Term, query_parse, query_text
 from callgate.selectors import CallFilters
 from callgate.taxonomy import TABLE, Reason
@@ -192,7 +192,9 @@ class CallsSearchTests(SearchDataMixin, BaseTestCase):
                 wanted = self.expect(predicate)
                 self.assertTrue(wanted)
                 self.assertEqual(self.found(query), wanted)
-                self.assertEqual(self.found("-" + query), self.expect(lambda c: not predicate(c)))
+                self.assertEqual(
+                    self.found("-" + query), self.expect(lambda c, p=predicate: not p(c))
+                )
 
     def test_free_text_matches_an_id_or_the_error_text(self):
         self.assertEqual(self.found("req-3"), {self.calls[3].pk})
