@@ -394,7 +394,10 @@ class QueueCounts:
           window too), twice: each moves from "older than every threshold" (``-n``) to
           the thresholds it has passed (``n``);
 
-        and the agents' names in a second."""
+        and the agents' names in a second. With a search (``filters.q``) the groups are of
+        the items it finds, the closed ones counted from the items themselves (their calls
+        are what a search term may test, and ``ClosedItemCount`` has none): a read of the
+        search's matches, as the calls list's capped counts are."""
         now = now or timezone.now()
         live = Q(status=ReviewItem.Status.CLAIMED, lease_expires_at__gt=now, assignee__isnull=False)
         ages = {f"age_{k}": Q(created_at__lte=now - d) for k, d in AGE_CHOICES.items()}
