@@ -20,6 +20,7 @@ from django.db.models import (
     Subquery,
     Value,
 )
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from callgate import search
@@ -126,8 +127,9 @@ def item_q(name: str, value: str, *, project, user, now) -> Q:
         # the agent's id from a subquery that is not correlated (run once, an InitPlan), so
         # the open items are read by the (project, agent, queue order) index; the join on
         # the name read every matching item and joined each to its call before sorting
+        # (0, no agent's id, when no agent has the name: so that a negated term holds)
         agent = Agent.objects.filter(project=project, name=value).values("pk")[:1]
-        return Q(agent_id=Subquery(agent))
+        return Q(agent_id=Coalesce(Subquery(agent), Value(0)))
     if name == "age":
         return Q(created_at__lte=now - AGE_CHOICES[value])
     if name == "assignee":
@@ -166,14 +168,14 @@ def search_q(term: Term, *, project, user, now) -> Q:
     return ~condition if term.negated else condition
 
 
-def _apply(qs: QuerySet, filters: QueueFilters, *, project, user, now, skip: str = "") -> QuerySet:
+def _apply(qs: QuerySet, filters: QueueFilters, *, project, user, now) -> QuerySet:
 
     for name in QueueFilters.NAMES:
         value = getattr(filters, name)
-        if name == skip or not value or name == "q":
+        if not value or name == "q":
             continue
         qs = qs.filter(item_q(name, value, project=project, user=user, now=now))
-    return qs if skip == "q" else _searched(qs, filters, project=project, user=user, now=now)
+    return _searched(qs, filters, project=project, user=user, now=now)
 
 
 def _searched(qs: QuerySet, filters: QueueFilters, *, project, user, now) -> QuerySet:

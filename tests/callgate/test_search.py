@@ -318,6 +318,13 @@ class QueueSearchTests(SearchDataMixin, BaseTestCase):
                 self.assertEqual(self.found(query), wanted)
                 self.assertEqual(self.found("-" + query), {a, b, c} - wanted)
 
+    def test_a_name_nobody_has_matches_nothing_and_its_negation_everything(self):
+        everything = {i.pk for i in self.items}
+        for key in ("agent", "tool", "assignee", "request"):
+            with self.subTest(key=key):
+                self.assertEqual(self.found(f"{key}:nobody"), set())
+                self.assertEqual(self.found(f"-{key}:nobody"), everything)
+
     def test_the_queue_page_takes_q_and_names_a_bad_term_with_400(self):
         self.client.force_login(self.alice)
         url = f"/p/{self.project.slug}/review/"
