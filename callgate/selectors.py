@@ -104,6 +104,8 @@ SEARCH_FIELDS = {
     "conversation": "conversation_id",
     "trace": "trace_id",
 }
+#: The keys that narrow review items only (the queue takes them; the calls list does not)
+SEARCH_ITEM_KEYS = ("is", "assignee")
 #: What free text of a search matches: one of these IDs (the operation ID by prefix) ...
 SEARCH_TEXT_IDS = ("operation", "request_id", "trace_id", "conversation_id")
 #: ... or a piece of the error text the model was told (case-insensitive; on PostgreSQL
@@ -128,7 +130,7 @@ def search_q(term: Term) -> Q:
     """The ``ToolCall`` condition of one search term (negated with ``-``). Free text matches
     an ID (``SEARCH_TEXT_IDS``) or the error text. Raises ``QueryError`` for the keys that
     are about review items (``is:``, ``assignee:``): the review queue takes those."""
-    if term.key in ("is", "assignee"):
+    if term.key in SEARCH_ITEM_KEYS:
         raise search.QueryError(
             str(term), f"{term.key}: narrows review items; search the review queue with it"
         )

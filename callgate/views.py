@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from pydantic import ValidationError
 
-from callgate import labels, metrics, selectors, services
+from callgate import labels, metrics, search, selectors, services
 from callgate.access import ProjectRequest, Role, project_view, user_projects
 from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, SavedView, ToolCall
@@ -164,6 +164,16 @@ def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str], bool
     return CallFilters(**values), errors, bad_search
 
 
+def _searches_items(query: str) -> bool:
+    """Does the search ``query`` hold a term only review items have (``is:``,
+    ``assignee:``)? Then it is the review queue's search."""
+    try:
+        terms = search.query_parse(query, choices=selectors.SEARCH_CHOICES)
+    except QueryError:
+        return False
+    return any(term.key in selectors.SEARCH_ITEM_KEYS for term in terms)
+
+
 def _query(params: QueryDict, *, drop: tuple[str, ...] = (), **override: str) -> str:
     """The filter part of ``params`` as a query string, without ``drop``, with ``override``."""
     pairs = {k: params.get(k) for k in FILTER_PARAMS if params.get(k) and k not in drop}
@@ -260,6 +270,9 @@ def calls(request: ProjectRequest) -> HttpResponse:
     with ``before``/``after`` cursors. An htmx request (the 5 s poll) gets only the rows;
     rows newer than ``seen`` (a call id) are marked new."""
     project = request.project
+    if _searches_items(request.GET.get("q", "")):  # the header's box: is:claimed, assignee:me
+        queue = reverse("reviews:queue", args=[project.slug])
+        return redirect(f"{queue}?{urlencode({'q': request.GET['q']})}")
     filters, errors, bad_search = _parse_call_filters(request.GET)
     before = Cursor.decode(request.GET["before"]) if request.GET.get("before") else None
     after = Cursor.decode(request.GET["after"]) if request.GET.get("after") and not before else None

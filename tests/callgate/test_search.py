@@ -262,6 +262,15 @@ class CallsSearchTests(SearchDataMixin, BaseTestCase):
         self.assertContains(response, "colour:red", status_code=400)
         self.assertContains(response, "unknown key", status_code=400)
 
+    def test_the_calls_page_hands_an_item_search_to_the_queue(self):
+        self.client.force_login(self.alice)
+        response = self.client.get(f"/p/{self.project.slug}/calls/", {"q": "is:claimed tool:x"})
+        self.assertRedirects(
+            response,
+            f"/p/{self.project.slug}/review/?q=is%3Aclaimed+tool%3Ax",
+            fetch_redirect_response=False,
+        )
+
 
 class QueueSearchTests(SearchDataMixin, BaseTestCase):
     @classmethod
