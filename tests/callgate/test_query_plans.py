@@ -242,6 +242,14 @@ class QueryPlanTests(TestCase):
                     assert "BitmapOr" in plan, f"{sql}\n{plan}"
         filters = CallFilters(search=selectors.search_parse("conversation:conv-1"))
         self.assert_bounded(lambda: selectors.calls_page(project=self.project, filters=filters))
+        for query in ('"timed out" is:claimed', "tool:issue_refund -assignee:me"):
+            with self.subTest(queue=query):
+                found = queue.QueueFilters.from_query({"q": query})
+                self.assert_bounded(
+                    lambda f=found: queue.queue_page(
+                        project=self.project, filters=f, user=self.user
+                    )
+                )
 
     def test_the_calls_list_has_an_index_for_every_filter(self):
         now = timezone.now()
