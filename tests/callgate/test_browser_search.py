@@ -78,6 +78,8 @@ class SearchBrowserTests(BrowserTestCase):
                 self.visit("/p/acme/review/?q=colour%3Ared")
                 error = self.page.locator("p.error", has_text="colour:red")
                 assert error.is_visible()
+                self.page.locator(".searchhelp summary").click()
+                assert self.page.locator(".searchhelp dt", has_text="assignee:").is_visible()
                 self.screenshot(f"queue-bad-search-{name}")
         # the malformed search's page is a 400, which Chromium logs; nothing else
         self.console_errors = [e for e in self.console_errors if "status of 400" not in e]
