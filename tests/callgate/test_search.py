@@ -334,6 +334,18 @@ class QueueSearchTests(SearchDataMixin, BaseTestCase):
                 self.assertEqual(self.found(f"{key}:nobody"), set())
                 self.assertEqual(self.found(f"-{key}:nobody"), everything)
 
+    def test_bulk_all_matching_acts_on_the_search_s_items_only(self):
+        self.client.force_login(self.maria)
+        response = self.client.post(
+            f"/p/{self.project.slug}/review/bulk/",
+            {"action": "assign", "all_matching": "1", "q": '"ticket closed"', "assignee": "bob"},
+        )
+        self.assertEqual(response.status_code, 302)
+        self.assertIn("q=%22ticket+closed%22", response["Location"])
+        a, b, c = (ReviewItem.objects.get(pk=i.pk) for i in self.items)
+        self.assertEqual(a.assignee, self.bob)
+        self.assertEqual((b.assignee, c.assignee), (self.alice, self.bob))  # as they were
+
     def test_the_queue_page_takes_q_and_names_a_bad_term_with_400(self):
         self.client.force_login(self.alice)
         url = f"/p/{self.project.slug}/review/"
