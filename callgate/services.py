@@ -484,12 +484,15 @@ def saved_view_save(*, user, project: Project, page: str, name: str, query: str)
     ``query`` (a query string; a leading ``?`` and the ``SAVED_VIEW_DROPPED`` parameters are
     left out) under ``name`` (1 to ``SavedView.NAME_MAX`` characters, trimmed). The same name
     on the same page replaces the user's earlier view. Raises ``SavedViewRejected`` naming
-    ``page``, ``name`` or ``query``."""
+    ``page``, ``name`` or ``query`` (too long, empty, or holding a NUL)."""
     if page not in SavedView.Page.values:
         raise SavedViewRejected("page", f"must be one of {', '.join(SavedView.Page.values)}")
     name = name.strip()
     if not 0 < len(name) <= SavedView.NAME_MAX:
         raise SavedViewRejected("name", f"must be 1 to {SavedView.NAME_MAX} characters")
+    for field, text in (("name", name), ("query", query)):
+        if "\x00" in text:  # PostgreSQL text cannot hold it
+            raise SavedViewRejected(field, "must not contain a NUL character")
     pairs = parse_qsl(query.removeprefix("?"))
     query = urlencode([(k, v) for k, v in pairs if k not in SAVED_VIEW_DROPPED])
     if len(query) > SavedView.QUERY_MAX:

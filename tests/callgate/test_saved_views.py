@@ -73,6 +73,8 @@ class SavedViewTests(BaseTestCase):
             ({"name": "   "}, "name"),
             ({"name": "x" * 81}, "name"),
             ({"query": "q=" + "x" * 2001}, "query"),
+            ({"name": "a\x00b"}, "name"),
+            ({"query": "q=a\x00"}, "query"),
         ):
             with self.subTest(fields=fields):
                 response = self.save(**fields)
