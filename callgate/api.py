@@ -29,7 +29,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from callgate import otlp, selectors, services
+from callgate import otlp, search, selectors, services
 from callgate.auth import AgentPrincipal
 from callgate.inbox import (
     DRAIN_LOCK_WAIT,
@@ -422,6 +422,22 @@ CALLS_LIST_PARAMETERS = [
     OpenApiParameter("conversation_id", str, description="The conversation ID."),
     OpenApiParameter("tool", str, description="The tool's name."),
     OpenApiParameter("agent", str, description="The agent's name."),
+    OpenApiParameter(
+        "q",
+        str,
+        description=(
+            "A search query, the language of the calls page's search box (`callgate.search`): "
+            "terms separated by spaces, all of which must hold. `key:value` with the keys "
+            "`tool`, `agent`, `reason`, `category`, `route`, `state`, `request`, `operation` "
+            "(an operation ID or its prefix), `conversation`, `trace`; a bare word or "
+            '`"quoted text"` matches an operation ID (or prefix), request ID, trace ID or '
+            "conversation ID exactly, or a piece of the error text (case-insensitive); a "
+            "leading `-` negates a term. Example: `tool:create_ticket -state:succeeded "
+            '"ticket closed"`. A malformed query (unknown key, unclosed quote, bad value) '
+            "is a 400 with `errors[0].loc` `q` and the term in its message. At most "
+            f"{search.MAX_QUERY} characters and {search.MAX_TERMS} terms."
+        ),
+    ),
     *[
         OpenApiParameter(name, str, enum=list(values), description=f"The call's current {name}.")
         for name, values in CALLS_LIST_CHOICES.items()
@@ -442,7 +458,7 @@ def _calls_list_query(params) -> tuple[CallFilters, Cursor | None, int, list[dic
     ``{"loc", "msg"}``, ``loc`` the parameter's name) when any parameter is bad or unknown."""
     errors: list[dict] = []
     values: dict = {}
-    known = {"cursor", "limit", "since", "until", *CALLS_LIST_CHOICES, *CALLS_LIST_TEXT}
+    known = {"cursor", "limit", "since", "until", "q", *CALLS_LIST_CHOICES, *CALLS_LIST_TEXT}
     for name in sorted(set(params) - known):
         errors.append({"loc": name, "msg": f"unknown parameter; expected one of {sorted(known)}"})
     for name, allowed in CALLS_LIST_CHOICES.items():
@@ -472,6 +488,10 @@ def _calls_list_query(params) -> tuple[CallFilters, Cursor | None, int, list[dic
             values[name] = parse_time(raw)
         except ValueError as exc:
             errors.append({"loc": name, "msg": str(exc)})
+    try:
+        values["search"] = selectors.search_parse(params.get("q", ""))
+    except search.QueryError as exc:
+        errors.append({"loc": "q", "msg": f"term {exc.term!r}: {exc.message}"})
     raw_limit = params.get("limit", str(CALLS_LIST_DEFAULT))
     limit = int(raw_limit) if raw_limit.isascii() and raw_limit.isdigit() else 0
     if not 1 <= limit <= CALLS_LIST_MAX:

@@ -325,6 +325,12 @@ class ToolCall(models.Model):
                 condition=~models.Q(proposed_operation_id=""),
                 name="toolcall_proposed_operation",
             ),
+            # the search's free text and conversation: (the request ID, trace ID and operation
+            # ID have theirs above); the error text's trigram index (PostgreSQL only) is made
+            # by migration 0024, as SQLite has no GIN
+            models.Index(
+                fields=["project", "conversation_id"], name="toolcall_project_conversation"
+            ),
             # sweeps over every project, each reading only the calls it is about
             models.Index(
                 fields=["reconcile_requested_at"],
@@ -761,3 +767,40 @@ class RollupCube(RollupMeasures):
 
     def __str__(self) -> str:
         return f"{self.dims}/{self.grain} {self.bucket:%Y-%m-%d %H}h {self.reason}: {self.calls}"
+
+
+class SavedView(models.Model):
+    """A user's named filters and search of the calls list or the review queue: the page's
+    query string, opened again from its "Saved views" menu. Only its owner sees it."""
+
+    class Page(models.TextChoices):
+        CALLS = "calls", "Calls"
+        QUEUE = "queue", "Review queue"
+
+    #: the longest name and query string taken
+    NAME_MAX = 80
+    QUERY_MAX = 2000
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="saved_views",
+        db_index=False,
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="saved_views")
+    page = models.CharField(max_length=10, choices=Page.choices)
+    name = models.CharField(max_length=NAME_MAX)
+    query = models.CharField(max_length=QUERY_MAX, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # one view per name on a page; also serves a page's menu (a user's views of
+            # one page of one project, by name)
+            models.UniqueConstraint(
+                fields=["user", "project", "page", "name"], name="savedview_unique_name"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.page}: {self.name}"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum, Window
 from django.db.models.functions import Coalesce, RowNumber
 
-from callgate import metrics
+from callgate import metrics, search
 from callgate.models import (
     Agent,
     AgentTool,
@@ -19,10 +19,12 @@ from callgate.models import (
     CallEvent,
     InboxEvent,
     Project,
+    SavedView,
     ToolCall,
     ToolContract,
 )
 from callgate.reports.rollups import rollup_rows
+from callgate.search import Term
 from callgate.taxonomy import Category
 from reviews.models import ReviewItem
 
@@ -48,8 +50,10 @@ class CallFilters:
     """What the calls list is narrowed to; every field empty means "all calls".
 
     ``agent`` is an agent's primary key (the page's select), ``agent_name`` its name (the
-    API); ``since``/``until`` are aware datetimes (``until`` exclusive); ``q`` is an operation
-    ID prefix; ``trace_id``, ``request_id`` and ``conversation_id`` match exactly."""
+    API); ``since``/``until`` are aware datetimes (``until`` exclusive); ``operation`` is an
+    operation ID prefix; ``trace_id``, ``request_id`` and ``conversation_id`` match exactly;
+    ``search`` holds the terms of a search query (``callgate.search``), each a condition
+    on top of the others (``search_q``)."""
 
     reason: str = ""
     category: str = ""
@@ -60,13 +64,92 @@ class CallFilters:
     state: str = ""
     since: datetime | None = None
     until: datetime | None = None
-    q: str = ""
+    operation: str = ""
     trace_id: str = ""
     request_id: str = ""
     conversation_id: str = ""
+    search: tuple[Term, ...] = ()
 
     def active(self) -> bool:
-        return any(getattr(self, f.name) not in ("", None) for f in fields(self))
+        return any(getattr(self, f.name) not in ("", None, ()) for f in fields(self))
+
+
+#: The ``ToolCall`` lookup of each ``CallFilters`` field (``category`` and ``tool`` have
+#: pseudo-values: ``call_q``).
+CALL_LOOKUPS = {
+    "reason": "reason",
+    "category": "category",
+    "route": "route",
+    "tool": "tool_name",
+    "agent": "agent_id",
+    "agent_name": "agent__name",
+    "state": "state",
+    "since": "created_at__gte",
+    "until": "created_at__lt",
+    "operation": "operation_id__startswith",
+    "trace_id": "trace_id",
+    "request_id": "request_id",
+    "conversation_id": "conversation_id",
+}
+#: The ``CallFilters`` field each key of the search language narrows (``callgate.search``).
+SEARCH_FIELDS = {
+    "tool": "tool",
+    "agent": "agent_name",
+    "reason": "reason",
+    "category": "category",
+    "route": "route",
+    "state": "state",
+    "request": "request_id",
+    "operation": "operation",
+    "conversation": "conversation_id",
+    "trace": "trace_id",
+}
+#: The keys that narrow review items only (the queue takes them; the calls list does not)
+SEARCH_ITEM_KEYS = ("is", "assignee")
+#: What free text of a search matches: one of these IDs (the operation ID by prefix) ...
+SEARCH_TEXT_IDS = ("operation", "request_id", "trace_id", "conversation_id")
+#: ... or a piece of the error text the model was told (case-insensitive; on PostgreSQL
+#: the trigram index ``toolcall_observation_trgm`` of migration 0024 serves it)
+SEARCH_TEXT_LOOKUP = "observation__icontains"
+#: The values the search language accepts per key on the calls list (the category filter
+#: takes the pseudo-values of ``metrics.CATEGORY_SETS`` too)
+SEARCH_CHOICES = {**search.CHOICES, "category": [*Category.values, *metrics.CATEGORY_SETS]}
+
+
+def call_q(name: str, value) -> Q:
+    """The ``ToolCall`` condition of the ``CallFilters`` field ``name`` set to ``value``: the
+    one definition the filter bar, the API and the search language share."""
+    if name == "category":  # a slug or one of metrics.CATEGORY_SETS
+        return metrics.category_q(value)
+    if name == "tool":
+        return metrics.tool_q(value)
+    return Q(**{CALL_LOOKUPS[name]: value})
+
+
+def search_q(term: Term) -> Q:
+    """The ``ToolCall`` condition of one search term (negated with ``-``). Free text matches
+    an ID (``SEARCH_TEXT_IDS``) or the error text. Raises ``QueryError`` for the keys that
+    are about review items (``is:``, ``assignee:``): the review queue takes those."""
+    if term.key in SEARCH_ITEM_KEYS:
+        raise search.QueryError(
+            str(term), f"{term.key}: narrows review items; search the review queue with it"
+        )
+    if term.key:
+        condition = call_q(SEARCH_FIELDS[term.key], term.value)
+    else:
+        condition = Q(**{SEARCH_TEXT_LOOKUP: term.value})
+        for name in SEARCH_TEXT_IDS:
+            condition |= call_q(name, term.value)
+    return ~condition if term.negated else condition
+
+
+def search_parse(query: str) -> tuple[Term, ...]:
+    """The terms of a calls-list search (``search.query_parse`` with ``SEARCH_CHOICES``),
+    each checked by ``search_q``. Raises ``search.QueryError`` naming a malformed term."""
+    terms = tuple(search.query_parse(query, choices=SEARCH_CHOICES))
+    for term in terms:
+        search_q(term)
+    return terms
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -116,31 +199,12 @@ def calls_filtered(
     """The project's calls matching ``filters`` (leaving out the filters named in ``ignore``).
     Unordered; callers order and slice."""
     qs = ToolCall.objects.filter(project=project)
-    lookups = {
-        "reason": "reason",
-        "category": "category",
-        "route": "route",
-        "tool": "tool_name",
-        "agent": "agent_id",
-        "agent_name": "agent__name",
-        "state": "state",
-        "since": "created_at__gte",
-        "until": "created_at__lt",
-        "q": "operation_id__startswith",
-        "trace_id": "trace_id",
-        "request_id": "request_id",
-        "conversation_id": "conversation_id",
-    }
-    for name, lookup in lookups.items():
+    for name in CALL_LOOKUPS:
         value = getattr(filters, name)
-        if name in ignore or value in ("", None):
-            continue
-        if name == "category":  # a slug or one of metrics.CATEGORY_SETS
-            qs = qs.filter(metrics.category_q(value))
-        elif name == "tool":
-            qs = qs.filter(metrics.tool_q(value))
-        else:
-            qs = qs.filter(**{lookup: value})
+        if name not in ignore and value not in ("", None):
+            qs = qs.filter(call_q(name, value))
+    for term in () if "search" in ignore else filters.search:
+        qs = qs.filter(search_q(term))
     return qs
 
 
@@ -222,7 +286,7 @@ def calls_category_counts(*, project: Project, filters: CallFilters) -> Category
     filtered (exact as of the last refresh, at most a minute old), else (``since=1h``, the
     past 60 minutes, included) counted over the newest
     ``COUNT_CAP + 1`` matching calls (an index scan stopping there)."""
-    used = {f.name for f in fields(filters) if getattr(filters, f.name) not in ("", None)}
+    used = {f.name for f in fields(filters) if getattr(filters, f.name) not in ("", None, ())}
     hours = all(
         moment is None or moment == metrics.hour_floor(moment)
         for moment in (filters.since, filters.until)
@@ -525,3 +589,16 @@ def agents_with_keys(*, project: Project) -> list[WithAnnotations[Agent, AgentAc
         agent.refused_count = counts.get((agent.pk, InboxEvent.Status.REJECTED), 0)
         agent.refused = by_agent.get(agent.pk, [])
     return agents
+
+
+# --- saved views -------------------------------------------------------------------------
+
+
+def saved_views(*, user, project: Project, page: str) -> list[SavedView]:
+    """The user's saved views of ``page`` (``SavedView.Page``) in ``project``, by name."""
+    return list(SavedView.objects.filter(user=user, project=project, page=page).order_by("name"))
+
+
+def saved_view_for(*, user, project: Project, pk: int) -> SavedView | None:
+    """The user's saved view ``pk`` in ``project``, or None (another user's too: a 404)."""
+    return SavedView.objects.filter(user=user, project=project, pk=pk).first()

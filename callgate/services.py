@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from urllib.parse import parse_qsl, urlencode
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
@@ -25,6 +26,7 @@ from callgate.models import (
     Membership,
     Project,
     RequestBudget,
+    SavedView,
     ToolCall,
     ToolContract,
 )
@@ -616,3 +618,49 @@ def attempt_report(*, project: Project, agent: Agent, attempt: AttemptEvent) -> 
     once; returns the ``CallAnswer`` dict that classifies it (what to do next). Raises
     ``callgate.inbox.EventRefused`` (e.g. ``refused`` for an attempt the call's state refuses)."""
     return event_settle(project=project, agent=agent, event=attempt)["answer"]
+
+
+# --- saved views -------------------------------------------------------------------------
+
+#: Query parameters a saved view never keeps: a page's position, selection and poll state.
+SAVED_VIEW_DROPPED = ("before", "after", "last", "seen", "ids", "all_matching")
+
+
+class SavedViewRejected(ValueError):
+    """A saved view that cannot be saved; ``field`` names the form field at fault."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def saved_view_save(*, user, project: Project, page: str, name: str, query: str) -> SavedView:
+    """Save the filters and search of a page (``SavedView.Page``: ``calls`` or ``queue``) as
+    ``query`` (a query string; a leading ``?`` and the ``SAVED_VIEW_DROPPED`` parameters are
+    left out) under ``name`` (1 to ``SavedView.NAME_MAX`` characters, trimmed). The same name
+    on the same page replaces the user's earlier view. Raises ``SavedViewRejected`` naming
+    ``page``, ``name`` or ``query`` (too long, empty, or holding a NUL)."""
+    if page not in SavedView.Page.values:
+        raise SavedViewRejected("page", f"must be one of {', '.join(SavedView.Page.values)}")
+    name = name.strip()
+    if not 0 < len(name) <= SavedView.NAME_MAX:
+        raise SavedViewRejected("name", f"must be 1 to {SavedView.NAME_MAX} characters")
+    for field, text in (("name", name), ("query", query)):
+        if "\x00" in text:  # PostgreSQL text cannot hold it
+            raise SavedViewRejected(field, "must not contain a NUL character")
+    pairs = parse_qsl(query.removeprefix("?"))
+    query = urlencode([(k, v) for k, v in pairs if k not in SAVED_VIEW_DROPPED])
+    if len(query) > SavedView.QUERY_MAX:
+        raise SavedViewRejected("query", f"is longer than {SavedView.QUERY_MAX} characters")
+    view, _ = SavedView.objects.update_or_create(
+        user=user, project=project, page=page, name=name, defaults={"query": query}
+    )
+    return view
+
+
+def saved_view_delete(*, user, project: Project, pk: int) -> bool:
+    """Delete the user's saved view ``pk`` in ``project``; False when there is none (another
+    user's view included: nobody deletes another's)."""
+    deleted, _ = SavedView.objects.filter(user=user, project=project, pk=pk).delete()
+    return bool(deleted)

@@ -31,6 +31,9 @@ project_patterns = [
     path("agents/", views.agents, name="agents"),
     path("agents/<int:agent_id>/keys/", views.agent_key_create, name="agent_key_create"),
     path("agents/keys/<int:key_id>/revoke/", views.agent_key_revoke, name="agent_key_revoke"),
+    path("views/", views.saved_view_create, name="saved_view_create"),
+    path("views/<int:view_id>/", views.saved_view_open, name="saved_view_open"),
+    path("views/<int:view_id>/delete/", views.saved_view_delete, name="saved_view_delete"),
     path(
         "reports/", include(report_views.urlpatterns)
     ),  # callgate:reports, callgate:reports-<section>

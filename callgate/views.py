@@ -12,23 +12,26 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from pydantic import ValidationError
 
-from callgate import labels, metrics, selectors, services
+from callgate import labels, metrics, search, selectors, services
 from callgate.access import ProjectRequest, Role, project_view, user_projects
 from callgate.auth import api_key_issue, api_key_revoke
-from callgate.models import Agent, ApiKey, ToolCall
+from callgate.models import Agent, ApiKey, SavedView, ToolCall
 from callgate.paths import PathOf
 from callgate.reports import overview as overview_selectors
 from callgate.reports.overview import project_overview
 from callgate.reports.views import Links
 from callgate.schemas import ContractIn, error_list
+from callgate.search import QueryError
 from callgate.selectors import TIME_PRESETS, CallFilters, Cursor
 from callgate.taxonomy import Category, Reason, Route
 from callgate.templatetags.callgate_tags import badge, moment, short_op
@@ -112,8 +115,9 @@ def _parse_time(raw: str, *, end: bool = False) -> datetime | None:
         return None
 
 
-def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
-    """The filters in the query string and a message for each value that was ignored."""
+def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str], bool]:
+    """The filters in the query string, a message for each value that was ignored, and
+    whether the search query ``q`` was malformed (ignored, its message naming the term)."""
     errors: list[str] = []
     values: dict = {}
 
@@ -129,7 +133,12 @@ def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
     choice("route", Route.values)
     choice("state", ToolCall.State.values)
     values["tool"] = params.get("tool", "").strip()[:128]
-    values["q"] = params.get("q", "").strip()[:200]
+    bad_search = False
+    try:
+        values["search"] = selectors.search_parse(params.get("q", ""))
+    except QueryError as exc:
+        errors.append(f"Search term {exc.term!r}: {exc.message}. The search was ignored.")
+        bad_search = True
     for name in ("trace_id", "request_id", "conversation_id"):
         values[name] = params.get(name, "").strip()[:200]
     raw_agent = params.get("agent", "").strip()
@@ -152,7 +161,17 @@ def _parse_call_filters(params: QueryDict) -> tuple[CallFilters, list[str]]:
         values["until"] = _parse_time(raw_until, end=True)
         if values["until"] is None:
             errors.append(f"'until' must be an ISO date-time, got {raw_until!r}: ignored.")
-    return CallFilters(**values), errors
+    return CallFilters(**values), errors, bad_search
+
+
+def _searches_items(query: str) -> bool:
+    """Does the search ``query`` hold a term only review items have (``is:``,
+    ``assignee:``)? Then it is the review queue's search."""
+    try:
+        terms = search.query_parse(query, choices=selectors.SEARCH_CHOICES)
+    except QueryError:
+        return False
+    return any(term.key in selectors.SEARCH_ITEM_KEYS for term in terms)
 
 
 def _query(params: QueryDict, *, drop: tuple[str, ...] = (), **override: str) -> str:
@@ -179,7 +198,7 @@ def _chips(params: QueryDict, *, filters: CallFilters, agents: dict[int, str]) -
         elif name in ("state", "reason", "route"):  # words for people, the slug in the URL
             value = labels.label(raw, name)
         label = {
-            "q": "operation ID",
+            "q": "search",
             "tool": "tool",
             "trace_id": "trace",
             "request_id": "request",
@@ -251,7 +270,10 @@ def calls(request: ProjectRequest) -> HttpResponse:
     with ``before``/``after`` cursors. An htmx request (the 5 s poll) gets only the rows;
     rows newer than ``seen`` (a call id) are marked new."""
     project = request.project
-    filters, errors = _parse_call_filters(request.GET)
+    if _searches_items(request.GET.get("q", "")):  # the header's box: is:claimed, assignee:me
+        queue = reverse("reviews:queue", args=[project.slug])
+        return redirect(f"{queue}?{urlencode({'q': request.GET['q']})}")
+    filters, errors, bad_search = _parse_call_filters(request.GET)
     before = Cursor.decode(request.GET["before"]) if request.GET.get("before") else None
     after = Cursor.decode(request.GET["after"]) if request.GET.get("after") and not before else None
     page = selectors.calls_page(project=project, filters=filters, before=before, after=after)
@@ -319,9 +341,11 @@ def calls(request: ProjectRequest) -> HttpResponse:
             "params": request.GET,
             "before": request.GET.get("before", ""),
             "after": request.GET.get("after", ""),
+            **saved_views_menu(request, page=SavedView.Page.CALLS, query=query),
         }
     )
-    return render(request, "callgate/calls.html", context)
+    # a malformed search is the request's fault: 400, the page naming the term
+    return render(request, "callgate/calls.html", context, status=400 if bad_search else 200)
 
 
 @require_GET
@@ -512,3 +536,70 @@ def agent_key_revoke(request: ProjectRequest, key_id: int) -> HttpResponse:
         )
     api_key_revoke(api_key=api_key)
     return redirect("callgate:agents", request.project.slug)
+
+
+# --- saved views -------------------------------------------------------------------------
+
+#: The page each ``SavedView.Page`` opens (its URL name).
+SAVED_VIEW_PAGES = {SavedView.Page.CALLS: "callgate:calls", SavedView.Page.QUEUE: "reviews:queue"}
+
+
+def _saved_view_url(project, view: SavedView) -> str:
+    url = reverse(SAVED_VIEW_PAGES[SavedView.Page(view.page)], args=[project.slug])
+    return f"{url}?{view.query}" if view.query else url
+
+
+def saved_views_menu(request: ProjectRequest, *, page: str, query: str) -> dict:
+    """The context of ``callgate/_saved_views.html`` on ``page`` (``SavedView.Page``) whose
+    current filters are ``query``: the user's views there, and what "Save" posts."""
+    return {
+        "saved_views": selectors.saved_views(user=request.user, project=request.project, page=page),
+        "saved_page": page,
+        "saved_query": query,
+    }
+
+
+@require_POST
+@project_view()
+def saved_view_create(request: ProjectRequest) -> HttpResponse:
+    """Save the posted ``query`` (a page's filters and search) as ``name`` for ``page``
+    (``calls`` or ``queue``), then open it. A bad field: 400 naming it."""
+    try:
+        view = services.saved_view_save(
+            user=request.user,
+            project=request.project,
+            page=request.POST.get("page", ""),
+            name=request.POST.get("name", ""),
+            query=request.POST.get("query", ""),
+        )
+    except services.SavedViewRejected as exc:
+        return HttpResponse(
+            f"The view was not saved: {exc.field} {exc.message}.",
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    messages.success(request, f"Saved the view “{view.name}”.")
+    return redirect(_saved_view_url(request.project, view))
+
+
+@require_GET
+@project_view()
+def saved_view_open(request: ProjectRequest, view_id: int) -> HttpResponse:
+    """Open one of the user's saved views (another user's: 404)."""
+    view = selectors.saved_view_for(user=request.user, project=request.project, pk=view_id)
+    if view is None:
+        raise Http404("No such saved view.")
+    return redirect(_saved_view_url(request.project, view))
+
+
+@require_POST
+@project_view()
+def saved_view_delete(request: ProjectRequest, view_id: int) -> HttpResponse:
+    """Delete one of the user's saved views (another user's: 404), back to its page."""
+    view = selectors.saved_view_for(user=request.user, project=request.project, pk=view_id)
+    if view is None or not services.saved_view_delete(
+        user=request.user, project=request.project, pk=view_id
+    ):
+        raise Http404("No such saved view.")
+    messages.success(request, f"Deleted the view “{view.name}”.")
+    return redirect(SAVED_VIEW_PAGES[SavedView.Page(view.page)], request.project.slug)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from urllib.parse import urlencode
@@ -20,9 +20,13 @@ from django.db.models import (
     Subquery,
     Value,
 )
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from callgate import search
+from callgate import selectors as core_selectors
 from callgate.models import Agent, CallEvent, Membership, ToolCall
+from callgate.search import Term
 from reviews.models import ClosedItemCount, ReviewItem
 
 #: Age filter values → minimum age.
@@ -36,7 +40,9 @@ RECONCILE_PATIENCE = timedelta(seconds=90)
 
 @dataclass(frozen=True)
 class QueueFilters:
-    """The queue's filter bar, parsed from the query string (unknown values are ignored)."""
+    """The queue's filter bar, parsed from the query string (unknown values are ignored).
+    ``q`` is a search query (``callgate.search``; ``search_q`` says what its terms mean
+    here); ``search_error`` says why the ``q`` asked for was malformed (it is then empty)."""
 
     tool: str = ""
     reason: str = ""
@@ -44,8 +50,10 @@ class QueueFilters:
     age: str = ""
     assignee: str = "anyone"
     status: str = "open"
+    q: str = ""
+    search_error: str = ""
 
-    NAMES = ("tool", "reason", "agent", "age", "assignee", "status")
+    NAMES = ("tool", "reason", "agent", "age", "assignee", "status", "q")
 
     @classmethod
     def from_query(cls, query) -> QueueFilters:
@@ -56,10 +64,21 @@ class QueueFilters:
             values["assignee"] = "anyone"
         if values["status"] not in STATUS_CHOICES:
             values["status"] = "open"
+        values["q"] = (query.get("q") or "").strip()
+        try:
+            search.query_parse(values["q"], choices=core_selectors.SEARCH_CHOICES)
+        except search.QueryError as exc:
+            values["q"] = ""
+            values["search_error"] = f"Search term {exc.term!r}: {exc.message}."
         return cls(**values)
 
+    @cached_property
+    def terms(self) -> list[Term]:
+        """The terms of ``q`` (``from_query`` has checked it; raises ``QueryError`` if not)."""
+        return search.query_parse(self.q, choices=core_selectors.SEARCH_CHOICES)
+
     def as_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in self.NAMES}
 
     def query(self, **changes) -> str:
         """The query string of these filters with ``changes`` (defaults left out)."""
@@ -92,28 +111,77 @@ def _status_q(status: str) -> Q:
     return Q(status=status)
 
 
-def _apply(qs: QuerySet, filters: QueueFilters, *, project, user, now, skip: str = "") -> QuerySet:
-
-    if skip != "status":
-        qs = qs.filter(_status_q(filters.status))
-    if filters.tool and skip != "tool":
-        qs = qs.filter(tool_name=filters.tool)
-    if filters.reason and skip != "reason":
-        qs = qs.filter(reason=filters.reason)
-    if filters.agent and skip != "agent":
+def item_q(name: str, value: str, *, project, user, now) -> Q:
+    """The ``ReviewItem`` condition of the queue filter ``name`` (one of
+    ``QueueFilters.NAMES`` but ``q``) set to ``value``: the one definition the filter bar,
+    bulk "all matching" and the search's item keys share. ``assignee`` takes ``anyone``,
+    ``me``, ``unassigned`` (lapsed claims count as unassigned) or a username (the holder
+    of a live claim)."""
+    if name == "status":
+        return _status_q(value)
+    if name == "tool":
+        return Q(tool_name=value)
+    if name == "reason":
+        return Q(reason=value)
+    if name == "agent":
         # the agent's id from a subquery that is not correlated (run once, an InitPlan), so
         # the open items are read by the (project, agent, queue order) index; the join on
         # the name read every matching item and joined each to its call before sorting
-        agent = Agent.objects.filter(project=project, name=filters.agent).values("pk")[:1]
-        qs = qs.filter(agent_id=Subquery(agent))
-    if filters.age and skip != "age":
-        qs = qs.filter(created_at__lte=now - AGE_CHOICES[filters.age])
-    if skip != "assignee":
+        # (0, no agent's id, when no agent has the name: so that a negated term holds)
+        agent = Agent.objects.filter(project=project, name=value).values("pk")[:1]
+        return Q(agent_id=Coalesce(Subquery(agent), Value(0)))
+    if name == "age":
+        return Q(created_at__lte=now - AGE_CHOICES[value])
+    if name == "assignee":
         live = Q(status=ReviewItem.Status.CLAIMED, lease_expires_at__gt=now, assignee__isnull=False)
-        if filters.assignee == "me":
-            qs = qs.filter(live, assignee=user)
-        elif filters.assignee == "unassigned":  # lapsed claims count as unassigned
-            qs = qs.exclude(live)
+        if value == "anyone":
+            return Q()
+        if value == "me":
+            return live & Q(assignee=user)
+        if value == "unassigned":
+            return ~live
+        return live & Q(assignee__username=value)
+    raise ValueError(f"no queue filter {name!r}")
+
+
+#: The search keys that narrow review items by their own columns (``item_q``); the others
+#: narrow them by their calls (``callgate.selectors.search_q``).
+SEARCH_ITEM_KEYS = {"tool": "tool", "agent": "agent", "reason": "reason", "assignee": "assignee"}
+
+
+def search_q(term: Term, *, project, user, now) -> Q:
+    """The ``ReviewItem`` condition of one search term: ``is:open``/``is:claimed`` is the
+    status filter's, ``tool:``, ``agent:``, ``reason:`` and ``assignee:`` the filter bar's
+    (``item_q``); every other key and free text are the calls list's
+    (``callgate.selectors.search_q``), over the item's call."""
+    if term.key == "is":
+        condition = item_q("status", term.value, project=project, user=user, now=now)
+    elif term.key in SEARCH_ITEM_KEYS:
+        condition = item_q(
+            SEARCH_ITEM_KEYS[term.key], term.value, project=project, user=user, now=now
+        )
+    else:
+        calls = ToolCall.objects.filter(project=project).filter(
+            core_selectors.search_q(replace(term, negated=False))
+        )
+        condition = Q(call__in=calls.values("pk"))
+    return ~condition if term.negated else condition
+
+
+def _apply(qs: QuerySet, filters: QueueFilters, *, project, user, now) -> QuerySet:
+
+    for name in QueueFilters.NAMES:
+        value = getattr(filters, name)
+        if not value or name == "q":
+            continue
+        qs = qs.filter(item_q(name, value, project=project, user=user, now=now))
+    return _searched(qs, filters, project=project, user=user, now=now)
+
+
+def _searched(qs: QuerySet, filters: QueueFilters, *, project, user, now) -> QuerySet:
+    """``qs`` narrowed by the terms of the search ``filters.q`` alone."""
+    for term in filters.terms:
+        qs = qs.filter(search_q(term, project=project, user=user, now=now))
     return qs
 
 
@@ -328,7 +396,10 @@ class QueueCounts:
           window too), twice: each moves from "older than every threshold" (``-n``) to
           the thresholds it has passed (``n``);
 
-        and the agents' names in a second."""
+        and the agents' names in a second. With a search (``filters.q``) the groups are of
+        the items it finds, the closed ones counted from the items themselves (their calls
+        are what a search term may test, and ``ClosedItemCount`` has none): a read of the
+        search's matches, as the calls list's capped counts are."""
         now = now or timezone.now()
         live = Q(status=ReviewItem.Status.CLAIMED, lease_expires_at__gt=now, assignee__isnull=False)
         ages = {f"age_{k}": Q(created_at__lte=now - d) for k, d in AGE_CHOICES.items()}
@@ -348,22 +419,39 @@ class QueueCounts:
         unclaimed = {"live": Value(False), "mine": Value(False)}
         old = {k: Value(True) for k in ages}
         items = ReviewItem.objects.filter(project=project).order_by()
-        since = now - max(AGE_CHOICES.values())
-        young = items.filter(resolved_at__gt=since, created_at__gt=since).exclude(
-            status__in=ReviewItem.OPEN_STATUSES
-        )
-        union = part(
-            items.filter(status__in=ReviewItem.OPEN_STATUSES),
+        opened = part(
+            _searched(items, filters, project=project, user=user, now=now).filter(
+                status__in=ReviewItem.OPEN_STATUSES
+            ),
             Count("*"),
             live=flag(live),
             mine=flag(live & Q(assignee=user)),
             **aged,
-        ).union(
-            part(ClosedItemCount.objects.filter(project=project), F("items"), **unclaimed, **old),
-            part(young, Count("*"), **unclaimed, **aged),
-            part(young, Value(0) - Count("*"), **unclaimed, **old),
-            all=True,
         )
+        if filters.q:  # the search's items, counted (``ClosedItemCount`` has no calls)
+            closed = _searched(items, filters, project=project, user=user, now=now)
+            union = opened.union(
+                part(
+                    closed.exclude(status__in=ReviewItem.OPEN_STATUSES),
+                    Count("*"),
+                    **unclaimed,
+                    **aged,
+                ),
+                all=True,
+            )
+        else:
+            since = now - max(AGE_CHOICES.values())
+            young = items.filter(resolved_at__gt=since, created_at__gt=since).exclude(
+                status__in=ReviewItem.OPEN_STATUSES
+            )
+            union = opened.union(
+                part(
+                    ClosedItemCount.objects.filter(project=project), F("items"), **unclaimed, **old
+                ),
+                part(young, Count("*"), **unclaimed, **aged),
+                part(young, Value(0) - Count("*"), **unclaimed, **old),
+                all=True,
+            )
         groups = [{**g, "agent_id": g["agent_id"] or None} for g in union if g["n"]]
         names = dict(Agent.objects.filter(project=project).values_list("pk", "name"))
         return cls(filters=filters, groups=groups, names=names)

@@ -25,11 +25,12 @@ from django.views.decorators.vary import vary_on_headers
 
 from callgate.access import ProjectRequest, Role, project_view
 from callgate.csvexport import csv_safe
-from callgate.models import ToolContract
+from callgate.models import SavedView, ToolContract
 from callgate.paths import PathOf
 from callgate.selectors import open_review_count
 from callgate.templatetags.callgate_tags import badge, moment, short_op
 from callgate.timeparse import parse_time
+from callgate.views import saved_views_menu
 from reviews import selectors, services
 from reviews.forms import BulkForm, CommentForm, DecisionForm, ExtendForm
 from reviews.models import ReviewItem, WebhookDelivery
@@ -196,6 +197,11 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
         "result": result,
         "age_choices": list(selectors.AGE_CHOICES),
         "fragment": fragment,
+        **(
+            {}
+            if fragment
+            else saved_views_menu(request, page=SavedView.Page.QUEUE, query=filters.query_string)
+        ),
     }
 
 
@@ -206,7 +212,11 @@ def queue(request: ProjectRequest) -> HttpResponse:
     """The queue: filters in the URL, most urgent first; ``#queue-table`` polls every 5 s."""
     fragment = request.htmx and request.htmx.target == "queue-table"
     template = "reviews/queue.html#queue-table" if fragment else "reviews/queue.html"
-    return render(request, template, _queue_context(request, fragment=bool(fragment)))
+    context = _queue_context(request, fragment=bool(fragment))
+    # a malformed search is the request's fault: 400, the page naming the term
+    return render(
+        request, template, context, status=400 if context["filters"].search_error else 200
+    )
 
 
 @require_POST

@@ -30,6 +30,7 @@ PURE = (
     "callgate.schemas",
     "callgate.timeparse",
     "callgate.queues",
+    "callgate.search",
 )
 
 

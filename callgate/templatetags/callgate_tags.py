@@ -16,7 +16,7 @@ from django.utils.autoreload import file_changed
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from callgate import labels
+from callgate import labels, search
 from callgate.taxonomy import Reason, category_of
 from callgate_sdk.wire import REDACTED  # what ingest stores in place of a sensitive value
 
@@ -300,3 +300,10 @@ def age(seconds: float | None) -> str:
     if seconds < 2 * 86400:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} d"
+
+
+@register.simple_tag
+def search_keys() -> list[tuple[str, str]]:
+    """The search language's keys and what each narrows by (``callgate.search.KEYS``): the
+    search help of the calls list and the queue."""
+    return list(search.KEYS.items())

@@ -59,6 +59,11 @@
       return;
     }
     if (key === "g") { pendingG = true; return; }
+    if (key === "/") {  // the header's search box (templates/_base.html)
+      const box = document.getElementById("search-box");
+      if (box) { box.focus(); box.select(); event.preventDefault(); }
+      return;
+    }
     if (key === "?") {
       const dialog = document.getElementById("shortcuts");
       if (dialog && !dialog.open) { showOnlyWorkingKeys(dialog); dialog.showModal(); }

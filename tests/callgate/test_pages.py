@@ -220,9 +220,10 @@ class CallsListTests(BaseTestCase):
     def test_it_pins_the_query_count(self):
         for _ in range(60):
             make_call(self.agent)
-        # session, user, membership, calls page, category counts, agents, tools,
-        # navigation: projects and the open review count
-        with self.assertNumQueries(9):
+        # session, user, membership, calls page, category counts, agents, tools, the
+        # user's saved views, navigation: projects, the open review count and the firing
+        # alerts nobody handles
+        with self.assertNumQueries(11):
             self.client.get(self.url)
         # the htmx poll: session, user, membership, calls page (the navigation's counts
         # are lazy and fragments do not render them)

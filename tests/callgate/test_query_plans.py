@@ -206,6 +206,51 @@ class QueryPlanTests(TestCase):
                     assert "callgate_toolcall" not in sql, sql
                     assert not unbounded_scans(plan), f"{sql}\n{plan}"
 
+    def test_the_search_reads_the_id_and_error_text_indexes(self):
+        """Free text is an OR of the ID columns and the error text: each branch has its
+        index (the trigram GIN index ``toolcall_observation_trgm`` of the upper-cased error
+        text, migration 0024), so PostgreSQL answers with a BitmapOr over them, not by
+        reading the project's calls (the search's count reads the same)."""
+        import uuid
+
+        now = timezone.now()
+        ToolCall.objects.bulk_create(  # a project whose calls far outnumber the matches
+            ToolCall(
+                project=self.project,
+                agent=self.agent,
+                operation_id=str(uuid.uuid4()),
+                tool_name="search_orders",
+                state=ToolCall.State.FAILED,
+                reason="unavailable",
+                observation=f"HTTP 503 from the target, try {i} later",
+                created_at=now - timedelta(seconds=i),
+                updated_at=now,
+            )
+            for i in range(60_000)
+        )
+        for query in ('"timed out"', self.call.operation_id, "rate -tool:issue_refund"):
+            with self.subTest(query=query):
+                filters = CallFilters(search=selectors.search_parse(query))
+                plans = self.plans_of(
+                    lambda f=filters: selectors.calls_filtered(
+                        project=self.project, filters=f
+                    ).count()
+                )
+                for sql, plan in plans:
+                    assert not unbounded_scans(plan), f"{sql}\n{plan}"
+                    assert "toolcall_observation_trgm" in plan, f"{sql}\n{plan}"
+                    assert "BitmapOr" in plan, f"{sql}\n{plan}"
+        filters = CallFilters(search=selectors.search_parse("conversation:conv-1"))
+        self.assert_bounded(lambda: selectors.calls_page(project=self.project, filters=filters))
+        for query in ('"timed out" is:claimed', "tool:issue_refund -assignee:me"):
+            with self.subTest(queue=query):
+                found = queue.QueueFilters.from_query({"q": query})
+                self.assert_bounded(
+                    lambda f=found: queue.queue_page(
+                        project=self.project, filters=f, user=self.user
+                    )
+                )
+
     def test_the_calls_list_has_an_index_for_every_filter(self):
         now = timezone.now()
         cases = [
@@ -218,7 +263,7 @@ class QueryPlanTests(TestCase):
             CallFilters(state="in_review"),
             CallFilters(since=now - timedelta(hours=24)),
             CallFilters(since=now - timedelta(days=7), until=now - timedelta(days=1)),
-            CallFilters(q=self.call.operation_id[:6]),
+            CallFilters(operation=self.call.operation_id[:6]),
             CallFilters(tool="search_orders", state="succeeded", reason="ok"),
         ]
         cursor = Cursor(created_at=self.call.created_at, id=self.call.pk)

@@ -334,7 +334,7 @@ class ReviewBrowserTests(BrowserTestCase):
         self.login("alice")
         self.visit(f"/p/{self.project.slug}/review/")
         self.page.locator(f"#item-{guarded.pk}").wait_for()
-        assert self.visible_help_keys() == ["j / k", "Enter", "x", "c", "a", "r", "g c", "?"]
+        assert self.visible_help_keys() == ["j / k", "Enter", "x", "c", "a", "r", "g c", "/", "?"]
         assert "claimed" in self.page.locator("dialog#shortcuts dd").nth(4).inner_text()
         # the guarded escalation: approve retry needs an override; its contract reconciles over HTTP
         self.visit(self.item_path(guarded))
