@@ -170,6 +170,7 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
     selected = {int(v) for v in request.GET.getlist("ids") if v.isdigit()}
     return {
         "nav_active": "review",
+        "queue_url": reverse("reviews:queue", args=[request.project.slug]),
         "filters": filters,
         "page": page,
         "matching": counts.matching,
@@ -202,10 +203,15 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
 @vary_on_headers("HX-Request")
 @project_view()
 def queue(request: ProjectRequest) -> HttpResponse:
-    """The queue: filters in the URL, most urgent first; ``#queue-table`` polls every 5 s."""
-    fragment = request.htmx and request.htmx.target == "queue-table"
+    """The queue: filters in the URL, most urgent first; ``#queue-table`` polls every 5 s,
+    ``#queue-counts`` (the operators' chips and the filters' counts) is fetched again after
+    every action (``REVIEW_CHANGED``), so no count is older than the last claim or decision."""
+    target = request.htmx.target if request.htmx else None
+    if target == "queue-counts":
+        return render(request, "reviews/queue.html#queue-counts", _queue_context(request))
+    fragment = target == "queue-table"
     template = "reviews/queue.html#queue-table" if fragment else "reviews/queue.html"
-    return render(request, template, _queue_context(request, fragment=bool(fragment)))
+    return render(request, template, _queue_context(request, fragment=fragment))
 
 
 @require_POST
