@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 from urllib.parse import urlencode
 
@@ -22,6 +23,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from callgate import labels
 from callgate.access import ProjectRequest, Role, project_view
 from callgate.csvexport import csv_safe
 from callgate.models import ToolContract
@@ -31,7 +33,7 @@ from callgate.templatetags.callgate_tags import badge, moment, short_op
 from callgate.timeparse import parse_time
 from reviews import selectors, services
 from reviews.forms import BulkForm, CommentForm, DecisionForm, ExtendForm
-from reviews.models import ReviewItem, WebhookDelivery
+from reviews.models import ReviewAudit, ReviewItem, WebhookDelivery
 
 CONFIRMABLE = {"reject", "mark_failed", "mark_applied", "override", "approve_retry"}
 
@@ -597,36 +599,39 @@ def open_count(request: ProjectRequest) -> HttpResponse:
 @require_GET
 @project_view()
 def audit_csv(request: ProjectRequest, pk: int) -> HttpResponse:
-    """The item's audit trail as CSV: who, what, when (UTC), state before/after, reason."""
+    """The item's audit trail as CSV: when (UTC, ISO 8601), who, what, the item's and the
+    call's state before and after, reason; every cell a label people read, never a code."""
     item = _get_item(request, pk)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="review-{item.pk}-audit.csv"'
     writer = csv.writer(response)
     writer.writerow(
         [
-            "when_utc",
-            "who",
-            "what",
-            "state_before",
-            "state_after",
-            "call_state_before",
-            "call_state_after",
-            "reason",
-            "override",
+            "When (UTC)",
+            "Who",
+            "What",
+            "Item before",
+            "Item after",
+            "Call before",
+            "Call after",
+            "Reason",
+            "Override",
         ]
     )
+    actions = dict(ReviewAudit.Action.choices)
+    statuses = dict(ReviewItem.Status.choices)
     for row in selectors.audit_rows(item=item):
         writer.writerow(
             [
                 csv_safe(value)
                 for value in (
-                    row.created_at.isoformat(),
+                    row.created_at.astimezone(UTC).isoformat(),
                     row.actor.get_username() if row.actor else "callgate",
-                    row.action,
-                    row.state_before,
-                    row.state_after,
-                    row.call_state_before,
-                    row.call_state_after,
+                    actions.get(row.action, row.action),
+                    statuses.get(row.state_before, row.state_before),
+                    statuses.get(row.state_after, row.state_after),
+                    labels.label(row.call_state_before, "state") if row.call_state_before else "",
+                    labels.label(row.call_state_after, "state") if row.call_state_after else "",
                     row.reason,
                     "yes" if row.override else "",
                 )
