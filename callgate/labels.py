@@ -2,8 +2,8 @@
 categories and routes (``callgate.taxonomy``), call states and event kinds
 (``callgate.models``), operator decisions and review resolutions (shared/UI.md: words for
 people, codes for machines). Pages show the label with the slug in a tooltip (the
-``label`` filter and ``{% labelled %}`` tag of ``callgate_tags``); CSV and the API keep
-the slug."""
+``label`` filter and ``{% labelled %}`` tag of ``callgate_tags``) and CSV exports show the
+label (issue 31: a spreadsheet is read by people); the API keeps the slug."""
 
 from __future__ import annotations
 

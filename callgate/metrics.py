@@ -18,25 +18,31 @@ and sets from here, so a count means the same calls wherever it appears:
 - **Not ok.** A call whose current category is neither ``ok`` nor ``empty_result`` and that
   has a category at all: a call still in flight (no classification yet) is not a failure.
 - **Unclassified.** A call with no category yet (in flight, or proposed and waiting).
-- **Unknown outcome.** A call whose *current* category is ``unknown_outcome`` (still
+- **Outcome unknown now.** A call whose *current* category is ``unknown_outcome`` (still
   unsettled). The reliability report's "had an unknown outcome" (now or earlier, settled by
   reconciliation or a human since) is a different number with its own name and filter.
 - **Refused.** A call whose route is ``deny``: callgate or a human refused it at the gate.
+- **Duplicate calls** (category ``duplicate``) and **repeats answered with the earlier
+  receipt** (proposals of an operation already done, answered with its stored receipt and
+  counted on the call they repeat, ``duplicates_suppressed``) are two numbers with two names.
 
-The calls list accepts these as values of its ``category`` filter (``none``, ``not_ok``,
-``unknown_ever``) and ``tool=(none)`` for calls without a tool name, so every drill-down
-lands on exactly the calls it counted.
+``NUMBERS`` holds each number's label (the words every page, CSV header and API help text
+use for it) and its definition. The calls list accepts the sets as values of its
+``category`` filter (``none``, ``not_ok``, ``unknown_ever``, ``retried``, ``repeated``) and
+``tool=(none)`` for calls without a tool name, so every drill-down lands on exactly the
+calls it counted.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from callgate.taxonomy import TABLE, Category, Route
+from callgate.taxonomy import TABLE, Category, Reason, Route
 
 #: Categories that mean "nothing went wrong".
 GOOD_CATEGORIES: tuple[str, ...] = (Category.OK.value, Category.EMPTY_RESULT.value)
@@ -49,11 +55,136 @@ NOT_OK_CATEGORIES: tuple[str, ...] = tuple(
 #: The route of a refused call.
 REFUSED_ROUTE = Route.DENY.value
 
+
+@dataclass(frozen=True)
+class Number:
+    """A number people read: ``label`` says exactly what it counts (lower case, used on
+    pages, in CSV headers and in API help texts), ``definition`` how, and ``drill`` the
+    calls-list filter of the calls it counts (``{}``: every call of the window)."""
+
+    key: str
+    label: str
+    definition: str
+    drill: dict[str, str]
+
+
+#: Every number of the overview, the reports and their CSV and API: key -> ``Number``.
+NUMBERS: dict[str, Number] = {
+    n.key: n
+    for n in (
+        Number("calls", "tool calls", "Calls created in the window.", {}),
+        Number(
+            "not_ok",
+            "not ok",
+            "Classified calls whose current category is neither ok nor empty result.",
+            {"category": "not_ok"},
+        ),
+        Number(
+            "unknown_now",
+            "outcome unknown now",
+            "Calls whose current category is unknown_outcome: still unsettled.",
+            {"category": "unknown_outcome"},
+        ),
+        Number(
+            "unknown_ever",
+            "had an unknown outcome",
+            "Calls whose outcome was unknown at some point, settled since or not.",
+            {"category": "unknown_ever"},
+        ),
+        Number(
+            "unknown_by_reconciliation",
+            "settled by reconciliation",
+            "Of the calls that had an unknown outcome: finished without a human decision.",
+            {"category": "unknown_by_reconciliation"},
+        ),
+        Number(
+            "unknown_by_human",
+            "settled by a human",
+            "Of the calls that had an unknown outcome: a human decided them.",
+            {"category": "unknown_by_human"},
+        ),
+        Number(
+            "unknown_open",
+            "still open",
+            "Of the calls that had an unknown outcome: not decided and not finished.",
+            {"category": "unknown_open"},
+        ),
+        Number(
+            "refused",
+            "refused at the gate",
+            "Calls whose route is deny: callgate or a human refused them.",
+            {"route": "deny"},
+        ),
+        Number(
+            "bad_arguments",
+            "argument errors + hallucinations",
+            "Calls whose current category is argument_error or hallucination: the "
+            "contract's or the model's part.",
+            {"category": "bad_arguments"},
+        ),
+        Number(
+            "duplicate_calls",
+            "duplicate calls",
+            "Calls in the duplicate category: answered with an earlier receipt, the same "
+            "write twice in one turn, or an operation ID re-used with other arguments.",
+            {"category": "duplicate"},
+        ),
+        Number(
+            "repeats_answered",
+            "repeats answered with the earlier receipt",
+            "Proposals of an operation already done, answered with its stored receipt "
+            "instead of a second write; counted on the call they repeat "
+            "(duplicates_suppressed), so the calls list shows those calls and their sum.",
+            {"category": "repeated"},
+        ),
+        Number(
+            "retried",
+            "needed a retry",
+            "Calls that met a retryable failure: waiting to retry, retries exhausted, or "
+            "more than one attempt used.",
+            {"category": "retried"},
+        ),
+        Number(
+            "retried_succeeded",
+            "succeeded later",
+            "Of the calls that needed a retry: now ok, empty result or found applied.",
+            {"category": "retried_succeeded"},
+        ),
+        Number(
+            "retried_other",
+            "ended otherwise",
+            "Of the calls that needed a retry: neither succeeded, still retrying nor "
+            "retries exhausted.",
+            {"category": "retried_other"},
+        ),
+        Number(
+            "retry_exhausted",
+            "retries exhausted",
+            "Calls whose reason is retry_exhausted.",
+            {"reason": "retry_exhausted"},
+        ),
+    )
+}
+
+
+def label(key: str) -> str:
+    """The label of number ``key`` (``NUMBERS``); raises ``KeyError`` for an unknown key."""
+    return NUMBERS[key].label
+
+
 #: Pseudo-values of the calls list's ``category`` filter: value -> label.
 CATEGORY_SETS = {
     "none": "Unclassified",
     "not_ok": "Not ok",
     "unknown_ever": "Had an unknown outcome",
+    "unknown_by_reconciliation": "Had an unknown outcome, settled by reconciliation",
+    "unknown_by_human": "Had an unknown outcome, settled by a human",
+    "unknown_open": "Had an unknown outcome, still open",
+    "bad_arguments": "Argument error or hallucination",
+    "retried": "Needed a retry",
+    "retried_succeeded": "Needed a retry, succeeded later",
+    "retried_other": "Needed a retry, ended otherwise",
+    "repeated": "Answered a repeat with its receipt",
 }
 #: The calls list's ``tool`` value for calls without a tool name (no provider allows
 #: parentheses in a tool name).
@@ -128,6 +259,14 @@ def category_q(value: str) -> Q:
         return Q(category__in=NOT_OK_CATEGORIES)
     if value == "unknown_ever":
         return unknown_ever_q()
+    if value.startswith("unknown_"):
+        return unknown_settled_q(value)
+    if value == "bad_arguments":
+        return Q(category__in=[Category.ARGUMENT_ERROR, Category.HALLUCINATION])
+    if value.startswith("retried"):
+        return retried_q(value)
+    if value == "repeated":
+        return Q(duplicates_suppressed__gt=0)
     raise ValueError(f"unknown category {value!r}")
 
 
@@ -146,6 +285,42 @@ def unknown_ever_q() -> Q:
             )
         )
     )
+
+
+def retried_q(value: str) -> Q:
+    """Calls that needed a retry (``report_retries``: now transient, retries exhausted, or
+    more than one attempt used): ``retried`` all of them, ``retried_succeeded`` those now
+    good or found applied, ``retried_other`` those neither succeeded, still retrying nor
+    exhausted. Raises ``ValueError`` for another value."""
+    transient, exhausted = Q(category=Category.TRANSIENT), Q(reason=Reason.RETRY_EXHAUSTED)
+    retried = transient | exhausted | Q(attempts__gte=2)
+    succeeded = Q(category__in=GOOD_CATEGORIES) | Q(reason=Reason.RECONCILED_APPLIED)
+    sets = {
+        "retried": retried,
+        "retried_succeeded": retried & succeeded,
+        "retried_other": retried & ~succeeded & ~transient & ~exhausted,
+    }
+    if value not in sets:
+        raise ValueError(f"unknown category {value!r}")
+    return sets[value]
+
+
+def unknown_settled_q(value: str) -> Q:
+    """How a call that had an unknown outcome stands (the rollups' ``unknown_decided`` and
+    ``unknown_open``): ``unknown_by_human`` (a decision recorded), ``unknown_open`` (no
+    decision, still waiting) or ``unknown_by_reconciliation`` (no decision, finished).
+    Raises ``ValueError`` for another value."""
+    from callgate.reports.rollups import OPEN_STATES
+
+    undecided = Q(decided_at__isnull=True)
+    sets = {
+        "unknown_by_human": Q(decided_at__isnull=False),
+        "unknown_open": undecided & Q(state__in=OPEN_STATES),
+        "unknown_by_reconciliation": undecided & ~Q(state__in=OPEN_STATES),
+    }
+    if value not in sets:
+        raise ValueError(f"unknown category {value!r}")
+    return unknown_ever_q() & sets[value]
 
 
 def tool_q(value: str) -> Q:

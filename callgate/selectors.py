@@ -208,6 +208,14 @@ def calls_filtered(
     return qs
 
 
+def calls_repeats_answered(*, project: Project, filters: CallFilters) -> int:
+    """Repeats answered with the earlier receipt (``metrics.NUMBERS``) over the calls matching
+    ``filters``: their ``duplicates_suppressed`` summed, what the calls list of
+    ``category=repeated`` shows beside its row count."""
+    qs = calls_filtered(project=project, filters=filters)
+    return qs.aggregate(n=Coalesce(Sum("duplicates_suppressed"), 0))["n"]
+
+
 def calls_page(
     *,
     project: Project,

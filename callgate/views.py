@@ -83,11 +83,12 @@ def overview(request: ProjectRequest) -> HttpResponse:
         {
             "nav_active": "overview",
             "stats": stats,
+            "numbers": metrics.NUMBERS,
             "links": {
-                "total": link(),
-                "not_ok": link(category="not_ok"),
-                "unknown_outcome": link(category="unknown_outcome"),
-                "refused": link(route=metrics.REFUSED_ROUTE),
+                "calls": link.number("calls"),
+                "not_ok": link.number("not_ok"),
+                "unknown_now": link.number("unknown_now"),
+                "refused": link.number("refused"),
                 "by_category": [
                     (c, n, link(category=c.value if c else metrics.UNCLASSIFIED))
                     for c, n in stats["by_category"]
@@ -333,6 +334,10 @@ def calls(request: ProjectRequest) -> HttpResponse:
             "category_label": metrics.CATEGORY_SETS.get(filters.category)
             or (Category(filters.category).label if filters.category else ""),
             "capped": category_counts.capped,
+            "repeats": selectors.calls_repeats_answered(project=project, filters=filters)
+            if filters.category == "repeated"
+            else None,
+            "repeats_label": metrics.label("repeats_answered"),
             "choices": choices,
             "reasons": Reason.choices,
             "routes": Route.choices,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 from urllib.parse import urlencode
 
@@ -23,6 +24,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from callgate import labels
 from callgate.access import ProjectRequest, Role, project_view
 from callgate.csvexport import csv_safe
 from callgate.models import SavedView, ToolContract
@@ -33,7 +35,7 @@ from callgate.timeparse import parse_time
 from callgate.views import saved_views_menu
 from reviews import selectors, services
 from reviews.forms import BulkForm, CommentForm, DecisionForm, ExtendForm
-from reviews.models import ReviewItem, WebhookDelivery
+from reviews.models import ReviewAudit, ReviewItem, WebhookDelivery
 
 CONFIRMABLE = {"reject", "mark_failed", "mark_applied", "override", "approve_retry", "edit"}
 
@@ -172,6 +174,7 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
     selected = {int(v) for v in request.GET.getlist("ids") if v.isdigit()}
     return {
         "nav_active": "review",
+        "queue_url": reverse("reviews:queue", args=[request.project.slug]),
         "filters": filters,
         "page": page,
         "matching": counts.matching,
@@ -209,8 +212,13 @@ def _queue_context(request, *, result=None, fragment: bool = False) -> dict:
 @vary_on_headers("HX-Request")
 @project_view()
 def queue(request: ProjectRequest) -> HttpResponse:
-    """The queue: filters in the URL, most urgent first; ``#queue-table`` polls every 5 s."""
-    fragment = request.htmx and request.htmx.target == "queue-table"
+    """The queue: filters in the URL, most urgent first; ``#queue-table`` polls every 5 s,
+    ``#queue-counts`` (the operators' chips and the filters' counts) is fetched again after
+    every action (``REVIEW_CHANGED``), so no count is older than the last claim or decision."""
+    target = request.htmx.target if request.htmx else None
+    if target == "queue-counts":
+        return render(request, "reviews/queue.html#queue-counts", _queue_context(request))
+    fragment = target == "queue-table"
     template = "reviews/queue.html#queue-table" if fragment else "reviews/queue.html"
     context = _queue_context(request, fragment=bool(fragment))
     # a malformed search is the request's fault: 400, the page naming the term
@@ -666,36 +674,39 @@ def open_count(request: ProjectRequest) -> HttpResponse:
 @require_GET
 @project_view()
 def audit_csv(request: ProjectRequest, pk: int) -> HttpResponse:
-    """The item's audit trail as CSV: who, what, when (UTC), state before/after, reason."""
+    """The item's audit trail as CSV: when (UTC, ISO 8601), who, what, the item's and the
+    call's state before and after, reason; every cell a label people read, never a code."""
     item = _get_item(request, pk)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="review-{item.pk}-audit.csv"'
     writer = csv.writer(response)
     writer.writerow(
         [
-            "when_utc",
-            "who",
-            "what",
-            "state_before",
-            "state_after",
-            "call_state_before",
-            "call_state_after",
-            "reason",
-            "override",
+            "When (UTC)",
+            "Who",
+            "What",
+            "Item before",
+            "Item after",
+            "Call before",
+            "Call after",
+            "Reason",
+            "Override",
         ]
     )
+    actions = dict(ReviewAudit.Action.choices)
+    statuses = dict(ReviewItem.Status.choices)
     for row in selectors.audit_rows(item=item):
         writer.writerow(
             [
                 csv_safe(value)
                 for value in (
-                    row.created_at.isoformat(),
+                    row.created_at.astimezone(UTC).isoformat(),
                     row.actor.get_username() if row.actor else "callgate",
-                    row.action,
-                    row.state_before,
-                    row.state_after,
-                    row.call_state_before,
-                    row.call_state_after,
+                    actions.get(row.action, row.action),
+                    statuses.get(row.state_before, row.state_before),
+                    statuses.get(row.state_after, row.state_after),
+                    labels.label(row.call_state_before, "state") if row.call_state_before else "",
+                    labels.label(row.call_state_after, "state") if row.call_state_after else "",
                     row.reason,
                     "yes" if row.override else "",
                 )

@@ -20,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from callgate import metrics
 from callgate.auth import ApiKeyAuthentication
 from callgate.models import ApiKey
 from callgate.reports import selectors as reports
@@ -83,6 +84,12 @@ SHARE = serializers.FloatField(
 )
 
 
+def _help(key: str) -> str:
+    """An API field's help text: the number's label and definition (``metrics.NUMBERS``)."""
+    number = metrics.NUMBERS[key]
+    return f"{number.label.capitalize()}: {number.definition}"
+
+
 def _response(name: str, fields: dict) -> serializers.Serializer:
     return inline_serializer(name, {"filters": FILTERS, **fields})
 
@@ -92,7 +99,7 @@ GROUP_ROW: dict[str, serializers.Field] = {
     "not_ok": serializers.IntegerField(),
     "not_ok_share": SHARE,
     "attempts": serializers.IntegerField(),
-    "duplicates_suppressed": serializers.IntegerField(),
+    "repeats_answered": serializers.IntegerField(help_text=_help("repeats_answered")),
     "by_category": BY_CATEGORY,
 }
 
@@ -193,19 +200,15 @@ RESPONSES = {
     "duplicates": _response(
         "DuplicatesReport",
         {
-            "total": serializers.IntegerField(
-                help_text="Repeats answered with the stored receipt."
-            ),
-            "calls_with_reason": serializers.IntegerField(
-                help_text="Calls whose reason is duplicate_suppressed."
-            ),
+            "repeats_answered": serializers.IntegerField(help_text=_help("repeats_answered")),
+            "duplicate_calls": serializers.IntegerField(help_text=_help("duplicate_calls")),
             "periods": serializers.ListField(
                 child=inline_serializer(
                     "DuplicatePeriod",
                     {
                         "since": serializers.DateTimeField(),
                         "until": serializers.DateTimeField(),
-                        "prevented": serializers.IntegerField(),
+                        "repeats_answered": serializers.IntegerField(),
                     },
                 )
             ),
@@ -214,8 +217,8 @@ RESPONSES = {
                     "DuplicateRow",
                     {
                         "tool": serializers.CharField(),
-                        "prevented": serializers.IntegerField(),
-                        "calls": serializers.IntegerField(),
+                        "repeats_answered": serializers.IntegerField(),
+                        "duplicate_calls": serializers.IntegerField(),
                     },
                 )
             ),
@@ -224,7 +227,7 @@ RESPONSES = {
     "retries": _response(
         "RetriesReport",
         {
-            "total": serializers.IntegerField(),
+            "total": serializers.IntegerField(help_text=_help("retried")),
             "succeeded": serializers.IntegerField(),
             "succeeded_share": SHARE,
             "retrying": serializers.IntegerField(),
@@ -255,7 +258,7 @@ RESPONSES = {
     "unknown-outcomes": _response(
         "UnknownOutcomesReport",
         {
-            "total": serializers.IntegerField(),
+            "total": serializers.IntegerField(help_text=_help("unknown_ever")),
             "by_reconciliation": serializers.IntegerField(),
             "by_human": serializers.IntegerField(),
             "open": serializers.IntegerField(),
@@ -344,7 +347,7 @@ SELECTORS: dict[str, tuple[Callable[..., dict], str]] = {
     "routes": (reports.report_routes, "Calls per route."),
     "duplicates": (
         reports.report_duplicates,
-        "Duplicate writes prevented per period and per tool.",
+        "Repeats answered with the earlier receipt and duplicate calls, per period and per tool.",
     ),
     "retries": (
         reports.report_retries,

@@ -386,14 +386,14 @@ def _grouped_by_category(
                 "key": row[key],
                 "calls": 0,
                 "attempts": 0,
-                "duplicates_suppressed": 0,
+                "repeats_answered": 0,
                 "not_ok": 0,
                 "by_category": {},
             },
         )
         g["calls"] += row["calls"]
         g["attempts"] += row["attempts"]
-        g["duplicates_suppressed"] += row["dups"]
+        g["repeats_answered"] += row["dups"]
         if metrics.is_not_ok(row["category"]):
             g["not_ok"] += row["calls"]
         g["by_category"][row["category"]] = g["by_category"].get(row["category"], 0) + row["calls"]
@@ -406,7 +406,8 @@ def _grouped_by_category(
 
 def report_tools(*, project: Project, f: ReportFilters) -> dict:
     """Calls per tool name. Returns ``{"categories": [category…], "rows": [{"tool", "calls",
-    "not_ok", "not_ok_share", "attempts", "duplicates_suppressed", "by_category": {category: n}}]}``."""
+    "not_ok", "not_ok_share", "attempts", "repeats_answered", "by_category": {category: n}}]}``
+    (``metrics.NUMBERS``: ``repeats_answered`` sums the calls' ``duplicates_suppressed``)."""
     groups, categories = _grouped_by_category(project, f, "tool_name")
     for g in groups:
         g["tool"] = g.pop("key")
@@ -415,7 +416,7 @@ def report_tools(*, project: Project, f: ReportFilters) -> dict:
 
 def report_agents(*, project: Project, f: ReportFilters) -> dict:
     """Calls per agent. Returns ``{"categories": [...], "rows": [{"agent_id", "agent", "calls",
-    "not_ok", "not_ok_share", "attempts", "duplicates_suppressed", "by_category"}]}``."""
+    "not_ok", "not_ok_share", "attempts", "repeats_answered", "by_category"}]}``."""
     groups, categories = _grouped_by_category(project, f, "agent_id")
     names = dict(
         Agent.objects.filter(project=project, pk__in=[g["key"] for g in groups]).values_list(
@@ -450,12 +451,13 @@ def report_routes(*, project: Project, f: ReportFilters) -> dict:
 
 
 def report_duplicates(*, project: Project, f: ReportFilters) -> dict:
-    """Duplicate writes prevented (``duplicates_suppressed``, the repeats answered with the
-    stored receipt) per period and per tool, and the calls ending ``duplicate_suppressed``.
-    Returns ``{"total", "calls_with_reason", "periods": [{"since", "until", "prevented"}],
-    "rows": [{"tool", "prevented", "calls"}]}``."""
+    """The two duplicate numbers of ``metrics.NUMBERS`` per period and per tool: repeats
+    answered with the earlier receipt (the calls' ``duplicates_suppressed`` summed) and
+    duplicate calls (category ``duplicate``). Returns ``{"repeats_answered",
+    "duplicate_calls", "periods": [{"since", "until", "repeats_answered"}], "rows": [{"tool",
+    "repeats_answered", "duplicate_calls"}]}``."""
     spans = periods(f)
-    prevented = [0] * len(spans)
+    repeats = [0] * len(spans)
     rows = (
         _rollups(project, f, period=f.granularity)
         .filter(duplicates_suppressed__gt=0)
@@ -466,26 +468,30 @@ def report_duplicates(*, project: Project, f: ReportFilters) -> dict:
     for row in rows:
         b = row["bucket"].astimezone(UTC)
         i = next(k for k, (s, e) in enumerate(spans) if s <= b < e)
-        prevented[i] += row["n"]
+        repeats[i] += row["n"]
     per_tool = (
         _rollups(project, f, by=("tool_name",))
         .values("tool_name")
         .annotate(
-            prevented=Sum("duplicates_suppressed"),
-            calls=Coalesce(Sum("calls", filter=Q(reason=Reason.DUPLICATE_SUPPRESSED)), 0),
+            repeats=Sum("duplicates_suppressed"),
+            calls=Coalesce(Sum("calls", filter=Q(category=Category.DUPLICATE)), 0),
         )
-        .filter(Q(prevented__gt=0) | Q(calls__gt=0))
-        .order_by("-prevented", "tool_name")
+        .filter(Q(repeats__gt=0) | Q(calls__gt=0))
+        .order_by("-repeats", "tool_name")
     )
     return {
-        "total": sum(prevented),
-        "calls_with_reason": sum(r["calls"] for r in per_tool),
+        "repeats_answered": sum(repeats),
+        "duplicate_calls": sum(r["calls"] for r in per_tool),
         "periods": [
-            {"since": iso(s), "until": iso(e), "prevented": n}
-            for (s, e), n in zip(spans, prevented, strict=True)
+            {"since": iso(s), "until": iso(e), "repeats_answered": n}
+            for (s, e), n in zip(spans, repeats, strict=True)
         ],
         "rows": [
-            {"tool": r["tool_name"], "prevented": r["prevented"], "calls": r["calls"]}
+            {
+                "tool": r["tool_name"],
+                "repeats_answered": r["repeats"],
+                "duplicate_calls": r["calls"],
+            }
             for r in per_tool
         ],
     }

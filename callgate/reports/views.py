@@ -30,6 +30,8 @@ from callgate.reports import selectors as reports
 from callgate.reports.rollups import rollup_rows, rollups_as_of
 from callgate.reports.selectors import ReportFilterError, ReportFilters, iso
 
+number_label = metrics.label
+
 #: (key, label, url name) of the reports' sub-navigation
 SECTIONS = [
     ("overview", "Categories & routes", "callgate:reports"),
@@ -44,12 +46,15 @@ SECTIONS = [
 # --- cells, tables, charts ----------------------------------------------------------------
 
 
-def num(n: int | None, href: str | None = None) -> dict:
+def num(n: int | None, href: str | None = None, *, number: str | None = None) -> dict:
+    """A count; ``number``: the key of the ``metrics.NUMBERS`` entry it shows in full (the
+    page's total of it), marked on the page (``data-number``) for the numbers table test."""
     return {
         "text": "—" if n is None else f"{n:,}",
         "value": "" if n is None else n,
         "num": True,
         "href": href if n else None,
+        "number": number,
     }
 
 
@@ -69,13 +74,16 @@ def text(
     mono: bool = False,
     nowrap: bool = False,
     label: str | None = None,
+    csv: str | None = None,
 ) -> dict:
-    """A text cell: ``value`` goes to CSV; the page shows ``label`` when given (a human
-    label, ``callgate.labels``) with ``value`` in its tooltip, else ``value``."""
+    """A text cell: the page and the CSV show ``label`` when given (a human label,
+    ``callgate.labels``: never a code) with ``value`` in its tooltip, else ``value``;
+    ``csv`` replaces it in the CSV (a period's ISO 8601 start, which carries the year)."""
+    shown = str(value) if label is None else label
     return {
-        "text": str(value) if label is None else label,
+        "text": shown,
         "title": str(value) if label is not None and value else None,
-        "value": value,
+        "value": shown if csv is None else csv,
         "href": href,
         "badge": badge,
         "mono": mono,
@@ -196,6 +204,11 @@ class Links:
                 params[key] = str(value)
         return f"{self.base}?{urlencode(params)}"
 
+    def number(self, key: str, **extra) -> str:
+        """The link of number ``key`` (``metrics.NUMBERS``): its calls-list filter, plus
+        ``extra`` (a cell's own period, tool or agent)."""
+        return self(**metrics.NUMBERS[key].drill, **extra)
+
 
 # --- the cards of each page ----------------------------------------------------------------
 
@@ -204,11 +217,13 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
     data = reports.report_categories(project=project, f=f)
     period_labels = [period_label(p["since"], f.granularity) for p in data["periods"]]
     columns = (
-        [("Period (UTC)", False)] + [(s["label"], True) for s in data["series"]] + [("Total", True)]
+        [("Period start (UTC)", False)]
+        + [(s["label"], True) for s in data["series"]]
+        + [("Total", True)]
     )
     rows = []
     for i, p in enumerate(data["periods"]):
-        row = [text(period_labels[i], mono=False)]
+        row = [text(period_labels[i], csv=p["since"])]
         for s in data["series"]:
             row.append(
                 num(
@@ -246,7 +261,11 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
                     link(route=r["route"]) if r["route"] else None,
                     label=labels.label(r["route"], "route"),
                 ),
-                num(r["calls"], link(route=r["route"]) if r["route"] else None),
+                num(
+                    r["calls"],
+                    link(route=r["route"]) if r["route"] else None,
+                    number="refused" if r["route"] == metrics.REFUSED_ROUTE else None,
+                ),
                 pct(r["share"]),
             ]
             for r in routes["rows"]
@@ -262,22 +281,33 @@ def cards_overview(project, f: ReportFilters, link: Links) -> list[dict]:
     )
     totals = {s["category"]: s["total"] for s in data["series"]}
     not_ok = data["not_ok"]
+    unknown_now = totals.get("unknown_outcome", 0)
+    contract_errors = totals.get("argument_error", 0) + totals.get("hallucination", 0)
     tiles = [
-        {"label": plural(data["total"], "call"), "value": f"{data['total']:,}", "href": link()},
         {
-            "label": "not ok",
+            "label": number_label("calls"),
+            "value": f"{data['total']:,}",
+            "href": link.number("calls"),
+            "number": "calls",
+        },
+        {
+            "label": number_label("not_ok"),
             "value": f"{not_ok:,}",
-            "href": link(category="not_ok"),
+            "href": link.number("not_ok"),
+            "number": "not_ok",
             "note": f"{not_ok / data['total'] * 100:.1f}%" if data["total"] else "",
         },
         {
-            "label": "argument errors + hallucinations",
-            "value": f"{totals.get('argument_error', 0) + totals.get('hallucination', 0):,}",
+            "label": number_label("bad_arguments"),
+            "value": f"{contract_errors:,}",
+            "href": link.number("bad_arguments"),
+            "number": "bad_arguments",
         },
         {
-            "label": plural(totals.get("unknown_outcome", 0), "unknown outcome"),
-            "value": f"{totals.get('unknown_outcome', 0):,}",
-            "href": link(category="unknown_outcome"),
+            "label": number_label("unknown_now"),
+            "value": f"{unknown_now:,}",
+            "href": link.number("unknown_now"),
+            "number": "unknown_now",
         },
     ]
     return [
@@ -396,10 +426,10 @@ def _by_group_card(
     columns = [
         (title, False),
         ("Calls", True),
-        ("Not ok", True),
+        (number_label("not_ok").capitalize(), True),
         ("Not-ok share", True),
         ("Attempts", True),
-        ("Duplicates prevented", True),
+        (number_label("repeats_answered").capitalize(), True),
     ] + [(labels.label(c, "category"), True) for c in cats]
     rows = []
     for r in data["rows"]:
@@ -408,10 +438,10 @@ def _by_group_card(
             [
                 key_cell(r),
                 num(r["calls"], link(**extra)),
-                num(r["not_ok"], link(category="not_ok", **extra)),
+                num(r["not_ok"], link.number("not_ok", **extra)),
                 pct(r["not_ok_share"]),
                 num(r["attempts"]),
-                num(r["duplicates_suppressed"]),
+                num(r["repeats_answered"], link.number("repeats_answered", **extra)),
             ]
             + [num(r["by_category"].get(c, 0), link(category=c, **extra)) for c in cats]
         )
@@ -532,16 +562,22 @@ def cards_agents(project, f: ReportFilters, link: Links) -> list[dict]:
 def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
     retries = reports.report_retries(project=project, f=f)
     outcome_link = {
-        "succeeded": None,
+        "succeeded": link.number("retried_succeeded"),
         "still_retrying": link(category="transient"),
-        "retry_exhausted": link(reason="retry_exhausted"),
-        "other": None,
+        "retry_exhausted": link.number("retry_exhausted"),
+        "other": link.number("retried_other"),
+    }
+    outcome_number = {
+        "succeeded": "retried_succeeded",
+        "still_retrying": None,
+        "retry_exhausted": None,
+        "other": "retried_other",
     }
     outcome_label = {
-        "succeeded": "Succeeded later",
+        "succeeded": number_label("retried_succeeded").capitalize(),
         "still_retrying": "Still retrying",
-        "retry_exhausted": "Retries exhausted",
-        "other": "Ended otherwise",
+        "retry_exhausted": number_label("retry_exhausted").capitalize(),
+        "other": number_label("retried_other").capitalize(),
     }
     outcome_color = {
         "succeeded": "ok",
@@ -561,12 +597,16 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
                     if outcome_color[o["outcome"]] != "neutral"
                     else None,
                 ),
-                num(o["calls"], outcome_link[o["outcome"]]),
+                num(o["calls"], outcome_link[o["outcome"]], number=outcome_number[o["outcome"]]),
                 pct(reports._share(o["calls"], retries["total"])),
             ]
             for o in retries["outcomes"]
         ],
-        [text("Total"), num(retries["total"]), pct(1.0 if retries["total"] else None)],
+        [
+            text("Total"),
+            num(retries["total"], link.number("retried")),
+            pct(1.0 if retries["total"] else None),
+        ],
     )
     at = table(
         "attempts",
@@ -595,38 +635,38 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
     unknown = reports.report_unknown_outcomes(project=project, f=f)
     ut = table(
         "unknown_outcomes",
-        "Unknown outcomes by current reason",
+        "Calls that had an unknown outcome, by current reason",
         [
             ("Reason now", False),
-            ("Settled by reconciliation", True),
-            ("Settled by a human", True),
-            ("Still open", True),
-            ("Calls", True),
+            (number_label("unknown_by_reconciliation").capitalize(), True),
+            (number_label("unknown_by_human").capitalize(), True),
+            (number_label("unknown_open").capitalize(), True),
+            (number_label("unknown_ever").capitalize(), True),
         ],
         [
             [
                 text(
                     r["reason"],
-                    link(category="unknown_ever", reason=r["reason"]) if r["reason"] else None,
+                    link.number("unknown_ever", reason=r["reason"]),
                     badge=r["category"] or "none",
                     label=labels.label(r["reason"], "reason"),
                 ),
-                num(r["by_reconciliation"]),
-                num(r["by_human"]),
-                num(r["open"]),
                 num(
-                    r["calls"],
-                    link(category="unknown_ever", reason=r["reason"]) if r["reason"] else None,
+                    r["by_reconciliation"],
+                    link.number("unknown_by_reconciliation", reason=r["reason"]),
                 ),
+                num(r["by_human"], link.number("unknown_by_human", reason=r["reason"])),
+                num(r["open"], link.number("unknown_open", reason=r["reason"])),
+                num(r["calls"], link.number("unknown_ever", reason=r["reason"])),
             ]
             for r in unknown["rows"]
         ],
         [
             text("Total"),
-            num(unknown["by_reconciliation"]),
-            num(unknown["by_human"]),
-            num(unknown["open"]),
-            num(unknown["total"], link(category="unknown_ever")),
+            num(unknown["by_reconciliation"], link.number("unknown_by_reconciliation")),
+            num(unknown["by_human"], link.number("unknown_by_human")),
+            num(unknown["open"], link.number("unknown_open")),
+            num(unknown["total"], link.number("unknown_ever")),
         ],
     )
     uc = chart(
@@ -648,57 +688,61 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
     dups = reports.report_duplicates(project=project, f=f)
     dt = table(
         "duplicates",
-        "Duplicate writes prevented per tool",
+        "Duplicates per tool",
         [
             ("Tool", False),
-            ("Repeats answered with the receipt", True),
-            ("Calls ending “Duplicate answered with receipt”", True),
+            (number_label("repeats_answered").capitalize(), True),
+            (number_label("duplicate_calls").capitalize(), True),
         ],
         [
             [
                 text(r["tool"] or "(no tool name)", link(tool=r["tool"]), mono=r["tool"] != ""),
-                num(r["prevented"]),
-                num(r["calls"], link(tool=r["tool"], reason="duplicate_suppressed")),
+                num(r["repeats_answered"], link.number("repeats_answered", tool=r["tool"])),
+                num(r["duplicate_calls"], link.number("duplicate_calls", tool=r["tool"])),
             ]
             for r in dups["rows"]
         ],
         [
             text("Total"),
-            num(dups["total"]),
-            num(dups["calls_with_reason"], link(reason="duplicate_suppressed")),
+            num(dups["repeats_answered"], link.number("repeats_answered")),
+            num(dups["duplicate_calls"], link.number("duplicate_calls")),
         ],
     )
     dc = chart(
         "chart-duplicates",
         "bar",
-        f"Bar chart of duplicate writes prevented per {f.granularity}; the table has the totals per tool.",
+        f"Bar chart of repeats answered with the earlier receipt per {f.granularity}; the table has the totals per tool.",
         [period_label(p["since"], f.granularity) for p in dups["periods"]],
         [
             {
-                "label": "Duplicates prevented",
+                "label": number_label("repeats_answered").capitalize(),
                 "color": "duplicate",
-                "data": [p["prevented"] for p in dups["periods"]],
+                "data": [p["repeats_answered"] for p in dups["periods"]],
             }
         ],
-        value_title="Duplicates prevented",
+        value_title="Repeats answered",
     )
     return [
         {
             "title": "Retries",
             "tiles": [
                 {
-                    "label": f"{plural(retries['total'], 'call')} needed a retry",
+                    "label": f"{plural(retries['total'], 'call')} {number_label('retried')}",
                     "value": f"{retries['total']:,}",
+                    "href": link.number("retried"),
+                    "number": "retried",
                 },
                 {
-                    "label": "succeeded later",
+                    "label": number_label("retried_succeeded"),
                     "value": pct(retries["succeeded_share"])["text"],
                     "note": counted(retries["succeeded"], "call"),
+                    "href": link.number("retried_succeeded"),
                 },
                 {
-                    "label": "retries exhausted",
+                    "label": number_label("retry_exhausted"),
                     "value": f"{retries['exhausted']:,}",
-                    "href": link(reason="retry_exhausted"),
+                    "href": link.number("retry_exhausted"),
+                    "number": "retry_exhausted",
                 },
             ],
             "chart": rc,
@@ -708,14 +752,22 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
             "empty": not retries["total"],
         },
         {
-            "title": "Unknown outcomes",
+            "title": "Calls that had an unknown outcome",
+            "subtitle": "now or earlier; the overview's “outcome unknown now” counts only "
+            "the calls still unsettled",
             "tiles": [
                 {
-                    "label": "settled by reconciliation",
-                    "value": f"{unknown['by_reconciliation']:,}",
-                },
-                {"label": "settled by a human", "value": f"{unknown['by_human']:,}"},
-                {"label": "still open", "value": f"{unknown['open']:,}"},
+                    "label": number_label(key),
+                    "value": f"{unknown[field]:,}",
+                    "href": link.number(key),
+                    "number": key,
+                }
+                for key, field in (
+                    ("unknown_ever", "total"),
+                    ("unknown_by_reconciliation", "by_reconciliation"),
+                    ("unknown_by_human", "by_human"),
+                    ("unknown_open", "open"),
+                )
             ],
             "chart": uc,
             "table": ut,
@@ -723,17 +775,25 @@ def cards_reliability(project, f: ReportFilters, link: Links) -> list[dict]:
             "empty": not unknown["total"],
         },
         {
-            "title": "Duplicate writes prevented",
+            "title": "Duplicates",
             "tiles": [
                 {
-                    "label": f"{plural(dups['total'], 'duplicate')} prevented",
-                    "value": f"{dups['total']:,}",
-                }
+                    "label": number_label("repeats_answered"),
+                    "value": f"{dups['repeats_answered']:,}",
+                    "href": link.number("repeats_answered"),
+                    "number": "repeats_answered",
+                },
+                {
+                    "label": number_label("duplicate_calls"),
+                    "value": f"{dups['duplicate_calls']:,}",
+                    "href": link.number("duplicate_calls"),
+                    "number": "duplicate_calls",
+                },
             ],
             "chart": dc,
             "table": dt,
             "layout": "side",
-            "empty": not dups["total"] and not dups["calls_with_reason"],
+            "empty": not dups["repeats_answered"] and not dups["duplicate_calls"],
         },
     ]
 
@@ -922,11 +982,9 @@ def _report_page(request: ProjectRequest, section: str) -> HttpResponse:
                 card["chart"] for card in cards if card.get("chart") and not card.get("empty")
             ],
             "sections": _sections(project, params),
-            # 24-hour text in UTC; reports.js shows it in the browser's time zone
+            # 24-hour text in UTC, as the periods, the URL and the exports (one time zone)
             "since_text": f.since.strftime("%Y-%m-%d %H:%M"),
             "until_text": f.until.strftime("%Y-%m-%d %H:%M"),
-            "since_iso": iso(f.since),
-            "until_iso": iso(f.until),
             "presets": _presets(request, params),
             "title": dict((k, label) for k, label, _ in SECTIONS)[section],
         }

@@ -79,40 +79,7 @@
     });
   }
 
-  // The range inputs: 24-hour text ("2026-11-29 14:00"). The server writes them in UTC
-  // (data-utc holds the moment); here they are shown in the browser's time zone, and turned
-  // back into UTC moments on submit, so the URL and the exports stay in UTC.
-  const RANGE = /^(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2}))?$/;
-  function pad(n) { return String(n).padStart(2, "0"); }
-  function localText(d) {
-    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + pad(d.getHours()) + ":" + pad(d.getMinutes());
-  }
-  function localRange() {
-    const inputs = document.querySelectorAll(".report-filters input[data-utc]");
-    if (!inputs.length) return;
-    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
-    inputs.forEach((input) => {
-      const moment = new Date(input.dataset.utc);
-      if (isNaN(moment)) return;
-      input.value = localText(moment);
-      input.dataset.zone = "local";
-      input.title = input.title + " (" + zone + "; " + input.dataset.utc.replace("T", " ").replace(":00Z", " UTC") + ")";
-      const tz = input.closest("label").querySelector("[data-tz]");
-      if (tz) tz.textContent = "(" + zone.replace(/_/g, " ") + ")";
-    });
-    inputs[0].form.addEventListener("submit", () => {
-      inputs.forEach((input) => {
-        const m = RANGE.exec(input.value.trim());
-        if (input.dataset.zone !== "local" || !m) return; // the server says what is wrong
-        const moment = new Date(+m[1], +m[2] - 1, +m[3], m[4] ? +m[4] : 0, m[5] ? +m[5] : 0);
-        if (!m[4] && "end" in input.dataset) moment.setDate(moment.getDate() + 1); // the whole day
-        input.value = moment.toISOString().replace(/\.\d{3}Z$/, "Z");
-      });
-    });
-  }
-
   function start() {
-    localRange();
     draw();
     markOverflow();
     window.addEventListener("resize", markOverflow);

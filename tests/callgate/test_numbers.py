@@ -16,10 +16,10 @@ from urllib.parse import urlparse
 from django.test import SimpleTestCase
 from django.utils import timezone
 
-from callgate import metrics
+from callgate import labels, metrics
 from callgate.models import Agent, CallEvent, ToolCall
 from callgate.reports.rollups import rollups_rebuild
-from callgate.taxonomy import Category, Reason
+from callgate.taxonomy import Category, Reason, Route
 from tests.factories import BaseTestCase, make_call, make_contracts, seed_calls
 
 
@@ -92,6 +92,32 @@ class NumbersAgreeTests(BaseTestCase):
             category=Category.UNKNOWN_OUTCOME,
             reason=Reason.OUTCOME_UNKNOWN,
         )
+        # a duplicate call that was not answered with a receipt (same operation, other arguments)
+        make_call(
+            project=cls.project,
+            agent=cls.agent,
+            tool="create_follow_up",
+            reason=Reason.IDEMPOTENCY_MISMATCH,
+            created_at=since + timedelta(minutes=12),
+        )
+        # an unknown outcome a human decided: counted by "settled by a human"
+        decided = make_call(
+            project=cls.project,
+            agent=cls.agent,
+            tool="issue_refund",
+            reason=Reason.OK,
+            created_at=since + timedelta(minutes=13),
+            decided_at=since + timedelta(minutes=20),
+        )
+        CallEvent.objects.create(
+            project=cls.project,
+            call=decided,
+            kind=CallEvent.Kind.ATTEMPT,
+            body={},
+            occurred_at=decided.created_at,
+            category=Category.UNKNOWN_OUTCOME,
+            reason=Reason.OUTCOME_UNKNOWN,
+        )
         rollups_rebuild()
 
     def setUp(self):
@@ -113,7 +139,8 @@ class NumbersAgreeTests(BaseTestCase):
         return {name: (int(n.replace(",", "")), unescape(href)) for href, name, n in found}
 
     def listed(self, href: str) -> int:
-        """The calls list's count for a drill-down link, checked against its rows."""
+        """The calls list's count for a drill-down link, checked against its rows; for the
+        calls that answered repeats (``category=repeated``) the repeats the list sums."""
         url = urlparse(href)
         response = self.client.get(url.path + "?" + url.query)
         assert response.status_code == 200, href
@@ -122,6 +149,8 @@ class NumbersAgreeTests(BaseTestCase):
         rows = response.context["page"].rows
         if total <= len(rows) or response.context["page"].older is None:
             assert len(rows) == total, href
+        if response.context["repeats"] is not None:
+            return response.context["repeats"]
         return total
 
     def window_params(self) -> dict:
@@ -145,10 +174,153 @@ class NumbersAgreeTests(BaseTestCase):
         labels = {c.label: c.value for c in Category} | {"Unclassified": ""}
         return {labels[h]: int(v) for h, v in zip(head[1:-1], foot[1:-1], strict=True)}
 
+    def marked_numbers(self, path: str) -> dict[str, tuple[int, str]]:
+        """The numbers a report page marks (``data-number``): key -> (value, link)."""
+        html = self.client.get(path, {**self.window_params(), "granularity": "hour"})
+        found = re.findall(
+            r'<a (?:class="big" )?href="([^"]+)" data-number="([\w-]+)">([\d,]+)</a>',
+            html.content.decode(),
+        )
+        return {name: (int(n.replace(",", "")), unescape(href)) for href, name, n in found}
+
+    def csv_cell(self, path: str, table: str, column: str, row: str = "Total") -> int:
+        """A report CSV's cell: ``row`` by its first cell ("Total": the foot), ``column`` by
+        its header; ``row="*"`` sums the column over the rows (no foot)."""
+        rows = self.report_csv(path, table, granularity="hour")
+        i = rows[0].index(column)
+        if row == "*":
+            return sum(int(r[i]) for r in rows[1:])
+        return int(next(r for r in rows[1:] if r[0] == row)[i])
+
     # --- the numbers -----------------------------------------------------------------
 
+    def test_the_numbers_table(self):
+        """Every number of ``metrics.NUMBERS``, non-zero on this data, is the same on the
+        overview (where it is shown), the report page that shows it, the calls list it
+        links to (its rows; for repeats, the sum the list shows), the report's CSV and the
+        API; its label is the one of ``metrics.NUMBERS`` in the CSV header or row."""
+
+        def cat(name):
+            return labels.label(name, "category")
+
+        def head(key):
+            return metrics.label(key).capitalize()
+
+        def api(name):
+            return self.api().get(f"/api/v1/reports/{name}", self.window_params()).json()
+
+        def api_category(*names):
+            totals = {s["category"]: s["total"] for s in api("categories")["series"]}
+            return sum(totals.get(n, 0) for n in names)
+
+        overview_page, reliability = "/p/acme/reports/", "/p/acme/reports/reliability/"
+        # key: (report page, (CSV page, table, column, row), API value)
+        table = {
+            "calls": (
+                overview_page,
+                (overview_page, "categories", "Total", "Total"),
+                lambda: api("categories")["total"],
+            ),
+            "not_ok": (
+                overview_page,
+                ("/p/acme/reports/tools/", "tools", head("not_ok"), "*"),
+                lambda: api("categories")["not_ok"],
+            ),
+            "unknown_now": (
+                overview_page,
+                (overview_page, "categories", cat("unknown_outcome"), "Total"),
+                lambda: api_category("unknown_outcome"),
+            ),
+            "bad_arguments": (
+                overview_page,
+                None,  # two CSV columns, summed below
+                lambda: api_category("argument_error", "hallucination"),
+            ),
+            "refused": (
+                overview_page,
+                (overview_page, "routes", "Calls", labels.label(metrics.REFUSED_ROUTE, "route")),
+                lambda: {r["route"]: r["calls"] for r in api("routes")["rows"]}["deny"],
+            ),
+            **{
+                key: (
+                    reliability,
+                    (reliability, "unknown_outcomes", head(key), "Total"),
+                    lambda field=field: api("unknown-outcomes")[field],
+                )
+                for key, field in (
+                    ("unknown_ever", "total"),
+                    ("unknown_by_reconciliation", "by_reconciliation"),
+                    ("unknown_by_human", "by_human"),
+                    ("unknown_open", "open"),
+                )
+            },
+            **{
+                key: (
+                    reliability,
+                    (reliability, "duplicates", head(key), "Total"),
+                    lambda key=key: api("duplicates")[key],
+                )
+                for key in ("repeats_answered", "duplicate_calls")
+            },
+            "retried": (
+                reliability,
+                (reliability, "retries", "Calls", "Total"),
+                lambda: api("retries")["total"],
+            ),
+            **{
+                key: (
+                    reliability,
+                    (reliability, "retries", "Calls", head(key)),
+                    lambda field=field: api("retries")[field],
+                )
+                for key, field in (
+                    ("retried_succeeded", "succeeded"),
+                    ("retried_other", "other"),
+                    ("retry_exhausted", "exhausted"),
+                )
+            },
+        }
+        assert set(table) == set(metrics.NUMBERS), "a number without its row in this table"
+        on_overview = self.overview_numbers()
+        marked = {page: self.marked_numbers(page) for page in (overview_page, reliability)}
+        for key, (page, csv_at, api_value) in table.items():
+            value, href = marked[page][key]
+            assert value > 0, key
+            if key in on_overview:
+                assert on_overview[key] == (value, href), key
+            assert self.listed(href) == value, key
+            if csv_at is None:
+                csv_value = self.csv_cell(
+                    overview_page, "categories", cat("argument_error")
+                ) + self.csv_cell(overview_page, "categories", cat("hallucination"))
+            else:
+                csv_value = self.csv_cell(*csv_at)
+            assert csv_value == value, key
+            assert api_value() == value, key
+        # the overview shows no number the table does not hold
+        assert set(on_overview) - {"open_reviews"} <= {
+            k for k in on_overview if k.startswith("category-")
+        } | set(table)
+
+    def test_csv_cells_are_labels_and_dates_carry_the_year(self):
+        codes = {c.value for c in Category} | {r.value for r in Reason}
+        codes |= {r.value for r in Route}
+        for path, table in (
+            ("/p/acme/reports/", "categories"),
+            ("/p/acme/reports/", "routes"),
+            ("/p/acme/reports/reasons/", "reasons"),
+            ("/p/acme/reports/reliability/", "unknown_outcomes"),
+        ):
+            rows = self.report_csv(path, table, granularity="hour")
+            cells = {cell for row in rows for cell in row}
+            assert not cells & codes, (table, cells & codes)
+        periods = self.report_csv("/p/acme/reports/", "categories", granularity="hour")
+        for row in periods[1:-1]:
+            moment = datetime.fromisoformat(row[0].replace("Z", "+00:00"))
+            assert self.since <= moment < self.until and moment.year == self.since.year
+
     def test_total_calls_agree(self):
-        page = self.overview_numbers()["total"]
+        page = self.overview_numbers()["calls"]
         direct = ToolCall.objects.filter(
             project=self.project, created_at__gte=self.since, created_at__lt=self.until
         ).count()
@@ -175,7 +347,7 @@ class NumbersAgreeTests(BaseTestCase):
         assert sum(r["not_ok"] for r in tools["rows"]) == direct
 
     def test_unknown_outcome_agrees(self):
-        page = self.overview_numbers()["unknown_outcome"]
+        page = self.overview_numbers()["unknown_now"]
         direct = ToolCall.objects.filter(
             project=self.project,
             created_at__gte=self.since,
@@ -213,7 +385,8 @@ class NumbersAgreeTests(BaseTestCase):
         api = self.api().get("/api/v1/reports/routes", self.window_params()).json()
         assert {r["route"]: r["calls"] for r in api["rows"]}["deny"] == direct
         routes = self.report_csv("/p/acme/reports/", "routes")
-        assert dict((r[0], r[1]) for r in routes[1:])["deny"] == str(direct)
+        refused = labels.label(metrics.REFUSED_ROUTE, "route")
+        assert dict((r[0], r[1]) for r in routes[1:])[refused] == str(direct)
         assert self.listed(page[1]) == direct
 
     def test_every_category_of_the_overview_drills_down_exactly(self):
@@ -255,7 +428,7 @@ class NumbersAgreeTests(BaseTestCase):
         assert shown and shown.group(1) == self.since.isoformat()
         assert "– now</span>" in html
         # the calls list's "24h", the agents page and the reports' "24 h" preset: the same
-        total = self.overview_numbers()["total"][0]
+        total = self.overview_numbers()["calls"][0]
         assert self.listed("/p/acme/calls/?since=24h") == total
         agents = self.client.get("/p/acme/agents/").context["agents"]
         assert sum(a.calls_24h for a in agents) == total

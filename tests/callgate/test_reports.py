@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from unittest import mock
 from urllib.parse import parse_qs, urlparse
 
+from callgate import labels
 from callgate.models import Agent, CallEvent, ToolCall
 from callgate.reports import rollups
 from callgate.reports import selectors as reports
@@ -173,8 +174,8 @@ class ReportSelectorsTests(ReportFixture):
             route="proceed"
         ).count()
         dups = reports.report_duplicates(project=self.project, f=f)
-        assert dups["total"] == sum(c.duplicates_suppressed for c in self.direct())
-        assert dups["calls_with_reason"] == self.direct(reason="duplicate_suppressed").count()
+        assert dups["repeats_answered"] == sum(c.duplicates_suppressed for c in self.direct())
+        assert dups["duplicate_calls"] == self.direct(category="duplicate").count()
         quality = reports.report_contracts(project=self.project, f=f)
         row = next(r for r in quality["rows"] if r["tool"] == "create_follow_up")
         calls = self.direct(contract=self.contracts["create_follow_up"])
@@ -341,7 +342,7 @@ class ReportPagesTests(ReportFixture):
         by_reason = {r[0]: int(r[2]) for r in rows[1:-1]}
         f = self.filters()
         assert (
-            by_reason["ok"]
+            by_reason[labels.label("ok", "reason")]
             == ToolCall.objects.filter(
                 project=self.project, reason="ok", created_at__gte=f.since, created_at__lt=f.until
             ).count()
@@ -607,9 +608,8 @@ class ReportFindingsTests(ReportFixture):
             response = self.client.get(f"/p/acme/reports/{page}")
             content = response.content.decode()
             assert (
-                # UTC until callgate.js shows it in the browser's time zone
-                f'data as of <time datetime="{reports.iso(moment)}" data-local>00:07 UTC</time>'
-                in content
+                # UTC, as everything in the reports
+                f'data as of <time datetime="{reports.iso(moment)}">00:07 UTC</time>' in content
             ), page
         # a full rebuild counts as a refresh too
         rollups_rebuild()

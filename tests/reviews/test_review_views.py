@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from unittest import mock
 
 import httpx
@@ -444,9 +444,11 @@ class ReviewItemPageTests(ReviewPageTestCase):
         self.login(self.maria)
         response = self.client.get(self.item_url(item, "reviews:audit-csv"))
         rows = list(csv.reader(io.StringIO(response.content.decode())))
-        assert rows[0][:5] == ["when_utc", "who", "what", "state_before", "state_after"]
-        assert [r[2] for r in rows[1:]] == ["opened", "claim", "reject"]
-        assert rows[-1][1] == "alice" and rows[-1][3:5] == ["claimed", "resolved"]
+        assert rows[0][:5] == ["When (UTC)", "Who", "What", "Item before", "Item after"]
+        # labels, never codes; the time carries the year (ISO 8601, UTC)
+        assert [r[2] for r in rows[1:]] == ["Opened", "Claimed", "Rejected"]
+        assert rows[-1][1] == "alice" and rows[-1][3:5] == ["Claimed", "Resolved"]
+        assert datetime.fromisoformat(rows[-1][0]).utcoffset() == timedelta(0)
         assert rows[-1][7] == "'=HYPERLINK(1)"
 
     def test_it_guards_every_text_column_of_the_csv_against_formulas(self):
