@@ -2,7 +2,7 @@
 // No framework; the layout itself is CSS (callgate.css, "narrow screens").
 //
 // Menu: <button class="navtoggle" aria-expanded aria-controls="mainnav"> shows and hides the
-// navigation below 760 px (the CSS keys on aria-expanded, so the attribute is the one state).
+// navigation below 900 px (the CSS keys on aria-expanded, so the attribute is the one state).
 // Escape or a click outside closes it and, for Escape, gives the focus back to the button.
 //
 // Cell labels: below 640 px a table.dense is a stack of cards, one per row, each cell shown
