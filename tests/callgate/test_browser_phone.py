@@ -278,6 +278,8 @@ class PhoneBrowserTests(BrowserTestCase):
         claim.tap()
         row.get_by_text("alice (you)").wait_for()
         self.wait_until_htmx_idle()
+        # the row htmx swapped in is a labelled card too
+        assert row.locator("td[data-label='Tool']").inner_text().startswith("issue_refund")
         approve = row.get_by_role("button", name="Approve", exact=True)
         self.assert_touch_target(approve)
         approve.tap()
