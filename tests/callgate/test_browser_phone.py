@@ -212,7 +212,7 @@ class PhoneBrowserTests(BrowserTestCase):
     def test_the_menu_button_opens_and_closes_the_navigation(self):
         self.login("alice")
         self.visit(reverse("callgate:calls", args=[self.project.slug]))
-        menu = self.page.get_by_role("button", name="Menu")
+        menu = self.page.get_by_role("button", name="Menu", exact=True)
         nav = self.page.locator("#mainnav")
         assert menu.get_attribute("aria-controls") == "mainnav"
         assert menu.get_attribute("aria-expanded") == "false" and not nav.is_visible()
