@@ -316,6 +316,7 @@ class PhoneBrowserTests(BrowserTestCase):
             "opened",
             "claim",
             "reconcile",
+            "reason_changed",  # the look-up found nothing: outcome unknown -> reconciled absent
             "approve_retry",
         ]
 
