@@ -141,6 +141,13 @@ class PhoneBrowserTests(BrowserTestCase):
             ("queue", reverse("reviews:queue", args=[slug])),
             ("item", reverse("reviews:item", args=[slug, self.approval.pk])),
             ("item-escalation", reverse("reviews:item", args=[slug, self.unknown.pk])),
+            ("item-edit", reverse("reviews:item", args=[slug, self.approval.pk]) + "?confirm=edit"),
+            (
+                "search",
+                reverse("callgate:calls", args=[slug])
+                + "?q=tool%3Acreate_follow_up+-state%3Asucceeded",
+            ),
+            ("notifications", reverse("reviews:notifications", args=[slug])),
             ("contracts", reverse("callgate:contracts", args=[slug])),
             ("contract", reverse("callgate:contract_detail", args=[slug, "create_follow_up"])),
             ("agents", reverse("callgate:agents", args=[slug])),
