@@ -23,6 +23,7 @@ from standardwebhooks.webhooks import Webhook
 from alerts.models import AlertDelivery, AlertEvent, AlertRule
 from alerts.services import DeliveryError, alert_deliver
 from callgate import outbound
+from callgate.admin import AgentAdminForm
 from callgate.models import ToolContract
 from callgate.reconcile import ABSENT, UNKNOWN, reconcile_lookup
 from reviews import webhooks
@@ -295,6 +296,24 @@ class DecisionWebhookGuardTests(SimpleTestCase):
         assert response.status_code == 200
         [request] = server.requests
         assert Webhook(b"s3cret").verify(request["body"], request["headers"]) == self.payload
+
+
+class AgentWebhookSettingTests(BaseTestCase):
+    def test_the_admin_refuses_an_internal_agent_webhook_beside_the_field(self):
+        data = {
+            "project": self.project.pk,
+            "name": "billing-bot",
+            "description": "",
+            "webhook_secret": "s",
+            "created_at_0": "2026-12-06",
+            "created_at_1": "00:00:00",
+        }
+        for url in ("http://127.0.0.1/x", "http://169.254.169.254/", "http://[::7f00:1]/"):
+            form = AgentAdminForm(data={**data, "webhook_url": url})
+            assert not form.is_valid()
+            assert "may not post to this address" in form.errors["webhook_url"][0], url
+        form = AgentAdminForm(data={**data, "webhook_url": "https://93.184.215.14/hook"})
+        assert "webhook_url" not in form.errors
 
 
 class ReconcileGuardTests(SimpleTestCase):
