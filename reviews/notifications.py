@@ -43,7 +43,7 @@ from reviews.models import (
     ReviewItem,
     SlackIdentity,
 )
-from reviews.services import ReviewError, allowed_decisions, review_item_decide
+from reviews.services import NO_RETRY_WORDS, ReviewError, allowed_decisions, review_item_decide
 
 #: The signing salt of email decision links (no other signed value can pass for one).
 EMAIL_LINK_SALT = "callgate.reviews.email-decision-link"
@@ -55,11 +55,27 @@ ARGUMENTS_SUMMARY_MAX = 300
 
 def arguments_summary(arguments: object) -> str:
     """The call's (already redacted) arguments as compact JSON, cut to
-    ``ARGUMENTS_SUMMARY_MAX`` characters with an ellipsis."""
-    text = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "), default=str)
+    ``ARGUMENTS_SUMMARY_MAX`` characters with an ellipsis (``arguments_shown_whole`` tells
+    whether it was cut)."""
+    text = _compact(arguments)
     if len(text) > ARGUMENTS_SUMMARY_MAX:
         text = text[: ARGUMENTS_SUMMARY_MAX - 1] + "…"
     return text
+
+
+def arguments_shown_whole(arguments: object) -> bool:
+    """Whether ``arguments_summary`` shows every argument (nothing was cut)."""
+    return len(_compact(arguments)) <= ARGUMENTS_SUMMARY_MAX
+
+
+def arguments_full(arguments: object) -> str:
+    """The call's (already redacted) arguments as indented JSON, whole: the email link's
+    confirmation page shows them before anything is decided."""
+    return json.dumps(arguments, ensure_ascii=False, indent=2, default=str)
+
+
+def _compact(arguments: object) -> str:
+    return json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 def item_url(item: ReviewItem) -> str:
@@ -108,20 +124,59 @@ def item_for_decider(*, user, item_pk: int) -> tuple[ReviewItem | None, str]:
     return item, ""
 
 
+#: Why a message or link offers no approval when its summary had to cut the arguments.
+ARGUMENTS_CUT = (
+    "The message could not show every argument: open the item in callgate to approve "
+    "after reading them."
+)
+#: Why a message or link offers no retry the observation rules out.
+NO_RETRY = "The observation says not to retry: open the item in callgate to decide."
+
+
+def decision_refusal(item: ReviewItem, decision: str) -> str:
+    """Why a Slack message or an email link may not take ``decision`` on open ``item`` now
+    ("" when it may; a closed item is left to ``review_item_decide``, which says who decided).
+
+    The safe design, for both channels: an approval is offered (and taken) only when
+    everything the approver has to see was in the message. So no approve or approve retry
+    when the arguments summary was cut (``arguments_shown_whole``: a long first argument
+    would hide the amount and the account behind it); none of a retry the observation says
+    not to retry (``NO_RETRY_WORDS``, as the queue's one-key approve,
+    ``services.queue_approve_action``); and none the item's state forbids
+    (``allowed_decisions``: an unknown outcome not looked up). Reject is always possible."""
+    if decision == "reject" or not item.is_open:
+        return ""
+    if not arguments_shown_whole(item.call.arguments):
+        return ARGUMENTS_CUT
+    if (
+        decision == "approve_retry"
+        and item.kind != ReviewItem.Kind.APPROVAL
+        and NO_RETRY_WORDS in (item.call.observation or "").lower()
+    ):
+        return NO_RETRY
+    return allowed_decisions(item)[decision]
+
+
 def decide(*, item: ReviewItem, user, decision: str, reason: str, via: str) -> ReviewItem:
     """``review_item_decide`` for a decision taken outside the browser (``via``: "slack",
-    "email"); only the decisions a link or button offers. Raises what it raises."""
+    "email"); only the decisions a link or button offers now (``decision_refusal``), so a
+    click or link made before the item changed, or a forged value, decides nothing. Raises
+    ``ReviewError`` (with the refusal) and what ``review_item_decide`` raises."""
     if decision not in LINK_DECISIONS:
         raise ReviewError(f"Unknown decision {decision!r}.")
+    if why := decision_refusal(item, decision):
+        raise ReviewError(why)
     return review_item_decide(item=item, user=user, decision=decision, reason=reason, via=via)
 
 
 def offered_decisions(item: ReviewItem) -> list[str]:
-    """The decisions a message offers for ``item``: the one approval it allows now (an
-    approval request's approve, or an escalation's approve retry), then reject."""
-    allowed = allowed_decisions(item)
-    approve = [d for d in ("approve", "approve_retry") if not allowed[d]][:1]
-    return [*approve, "reject"] if item.is_open else []
+    """The decisions a message offers for open ``item``: the one approval it allows now (an
+    approval request's approve, or an escalation's approve retry) unless
+    ``decision_refusal`` rules it out, then reject."""
+    if not item.is_open:
+        return []
+    approve = [d for d in ("approve", "approve_retry") if not decision_refusal(item, d)][:1]
+    return [*approve, "reject"]
 
 
 # --- email decision links ----------------------------------------------------------------------
@@ -276,6 +331,9 @@ def email_notify(*, item: ReviewItem) -> int:
             "item_url": item_url(item),
             "links": links,
             "arguments": arguments_summary(item.call.arguments),
+            "arguments_cut": ARGUMENTS_CUT
+            if not arguments_shown_whole(item.call.arguments)
+            else "",
             "max_age_hours": settings.CALLGATE_EMAIL_LINK_MAX_AGE // 3600,
         }
         message = EmailMultiAlternatives(

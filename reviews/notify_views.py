@@ -50,7 +50,7 @@ def slack_actions(request: HttpRequest) -> HttpResponse:
         )
     try:
         payload = json.loads(request.POST.get("payload", ""))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read
         return JsonResponse(
             {"error": "payload", "detail": "payload must be a JSON object."}, status=400
         )
@@ -90,7 +90,7 @@ def _link_page(
             "item": item,
             "decision_label": notifications.LINK_DECISIONS.get(link.decision, "") if link else "",
             "item_url": notifications.item_url(item) if item else "",
-            "arguments": notifications.arguments_summary(item.call.arguments) if item else "",
+            "arguments": notifications.arguments_full(item.call.arguments) if item else "",
             "error": error,
             "done": done,
             "form": form,

@@ -80,9 +80,10 @@ def _escape(text: str) -> str:
 
 def slack_message(item: ReviewItem) -> dict:
     """The Block Kit message of ``item``: ``{"text": fallback, "blocks": [...]}``. An open
-    item has Approve (or Approve retry, when it is allowed now) and a Reject menu of the
-    preset reasons (a rejection needs a reason: the agent reads it); a closed one says who
-    decided what, without controls."""
+    item has Approve (or Approve retry) when ``notifications.offered_decisions`` offers it
+    (not when the arguments summary is cut, nor a retry the observation rules out), a
+    Reject menu of the preset reasons (a rejection needs a reason: the agent reads it) and
+    Open in callgate; a closed one says who decided what, without controls."""
     call = item.call
     url = notifications.item_url(item)
     reason = label(item.reason, "reason")
@@ -106,6 +107,10 @@ def slack_message(item: ReviewItem) -> dict:
             )
         ),
     ]
+    if item.is_open and not notifications.arguments_shown_whole(call.arguments):
+        blocks.append(
+            ContextBlock(elements=[MarkdownTextObject(text=f"*{notifications.ARGUMENTS_CUT}*")])
+        )
     if item.is_open:
         elements: list = [
             ButtonElement(

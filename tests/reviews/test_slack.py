@@ -16,12 +16,19 @@ import httpx
 from django.test import override_settings
 
 from callgate.models import Membership, ToolCall
-from reviews import services, slack, tasks
+from reviews import notifications, services, slack, tasks
 from reviews.models import ProjectNotifications, ReviewAudit, ReviewItem, SlackIdentity
 from tests.factories import WEATHER, BaseTestCase
-from tests.reviews.fixtures import make_item
+from tests.reviews.fixtures import make_contract, make_item
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+#: A long first argument that a 300-character summary cuts before the ones that matter.
+LONG_ARGUMENTS = {
+    "memo": "Routine refund for order 1234, customer confirmed by phone. " * 5,
+    "amount": 99999,
+    "to_account": "EVIL-ACCT-1",
+}
+NO_RETRY_OBSERVATION = "Card declined. Do not retry this call."
 WEBHOOK = "https://hooks.slack.com/services/T0ACME/B0REVIEW/abcdefghijklmnop"
 RESPONSE_URL = "https://hooks.slack.com/actions/T0ACME/123/xyz"
 BASE = "https://callgate.acme.test"
@@ -176,6 +183,32 @@ class SlackMessageTests(SlackTestCase):
         self.open_item()
         self.assertEqual(len(self.posted), 2)  # the 503, then Celery's retry
 
+    def test_cut_arguments_offer_no_approve_only_reject_and_open(self):
+        item = self.open_item(kind=ReviewItem.Kind.APPROVAL, arguments=LONG_ARGUMENTS)
+        message = self.message_of(item)
+        text = json.dumps(message, ensure_ascii=False)
+        self.assertNotIn("EVIL-ACCT-1", text)  # the summary is cut before it …
+        self.assertIn(notifications.ARGUMENTS_CUT, text)  # … and says so
+        [actions] = [b for b in message["blocks"] if b["type"] == "actions"]
+        ids = [e["action_id"] for e in actions["elements"]]
+        self.assertEqual(ids, [slack.ACTION_REJECT, "callgate.open"])
+
+    def no_retry_item(self, observation: str) -> ReviewItem:
+        contract = make_contract(self.project, "lookup", effect="read")
+        item = make_item(
+            self.project, self.agent, tool="lookup", contract=contract, reason="retry_exhausted"
+        )
+        ToolCall.objects.filter(pk=item.call_id).update(observation=observation)
+        item.refresh_from_db()
+        return item
+
+    def test_a_retry_the_observation_rules_out_is_not_offered(self):
+        offered = self.no_retry_item("Timed out after 3 attempts.")
+        self.assertEqual(notifications.offered_decisions(offered), ["approve_retry", "reject"])
+        refused = self.no_retry_item(NO_RETRY_OBSERVATION)
+        self.assertEqual(notifications.offered_decisions(refused), ["reject"])
+        self.assertNotIn(slack.ACTION_APPROVE, json.dumps(slack.slack_message(refused)))
+
 
 class SlackActionTests(SlackTestCase):
     def test_a_signed_click_approves_as_the_linked_user(self):
@@ -239,6 +272,44 @@ class SlackActionTests(SlackTestCase):
         response = self.click(payload)
         self.assertEqual(response.status_code, 400)
         self.assertIn("actions[0].value", response.json()["detail"])
+
+    def test_a_payload_nested_too_deep_for_json_is_400_naming_payload(self):
+        for raw in ("[" * 50000 + "]" * 50000, '{"a":' * 5000 + "1" + "}" * 5000):
+            body = urlencode({"payload": raw})
+            timestamp = str(int(time.time()))
+            signature = hmac.new(
+                SECRET.encode(), f"v0:{timestamp}:{body}".encode(), hashlib.sha256
+            ).hexdigest()
+            response = self.client.post(
+                "/integrations/slack/actions",
+                data=body,
+                content_type="application/x-www-form-urlencoded",
+                headers={
+                    "X-Slack-Request-Timestamp": timestamp,
+                    "X-Slack-Signature": f"v0={signature}",
+                },
+            )
+            self.assertEqual(response.status_code, 400)
+            self.assertEqual(response.json()["error"], "payload")
+
+    def forged_click(self, value: str) -> dict:
+        """A click on a button the message did not offer (an old message, a crafted value)."""
+        return self.payload(
+            {"action_id": slack.ACTION_APPROVE, "block_id": "b", "type": "button", "value": value}
+        )
+
+    def test_an_approve_of_cut_arguments_is_refused_if_clicked_anyway(self):
+        item = self.open_item(kind=ReviewItem.Kind.APPROVAL, arguments=LONG_ARGUMENTS)
+        self.click(self.forged_click(f"approve:{item.pk}"))
+        self.assert_ephemeral_and_open(item, "could not show every argument")
+
+    def test_a_retry_the_observation_rules_out_is_refused_if_clicked_anyway(self):
+        contract = make_contract(self.project, "lookup", effect="read")
+        item = self.open_item(tool="lookup", contract=contract, reason="retry_exhausted")
+        ToolCall.objects.filter(pk=item.call_id).update(observation=NO_RETRY_OBSERVATION)
+        self.click(self.forged_click(f"approve_retry:{item.pk}"))
+        self.assert_ephemeral_and_open(item, "says not to retry")
+        self.assertFalse(ReviewAudit.objects.filter(item=item, action="approve_retry").exists())
 
     def assert_ephemeral_and_open(self, item: ReviewItem, words: str) -> None:
         [reply] = self.responses()
