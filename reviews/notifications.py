@@ -14,6 +14,13 @@ a ``DecisionLink`` row (item, user, decision) that the decision's transaction ma
 so a link decides at most once. GET (or HEAD: mail scanners prefetch links) only shows a
 confirmation page; its POST decides.
 
+A Slack member is linked to a callgate user only with proof that it is theirs, without
+OAuth: a click of an unlinked member on a callgate message (a request Slack signed, so its
+team and user IDs are Slack's word) is answered, to that member alone, with a one-time link
+``{CALLGATE_BASE_URL}/integrations/slack/link/<token>/`` (``slack_link_create``: the same
+scheme with its own salt, ``SLACK_LINK_SALT``, valid ``SLACK_LINK_MAX_AGE`` seconds); the
+callgate user logged in where it is opened confirms, and is linked (``slack_link_use``).
+
 Every decision from outside goes through ``reviews.services.review_item_decide`` (the
 browser's compare-and-swap, audit and reason) with ``via`` naming the channel, as a user
 who is an operator (or more) of the item's project at that moment.
@@ -28,7 +35,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core import signing
 from django.core.mail import EmailMultiAlternatives, get_connection
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -42,6 +49,7 @@ from reviews.models import (
     ProjectNotifications,
     ReviewItem,
     SlackIdentity,
+    SlackLinkRequest,
 )
 from reviews.services import NO_RETRY_WORDS, ReviewError, allowed_decisions, review_item_decide
 
@@ -81,14 +89,6 @@ def _compact(arguments: object) -> str:
 def item_url(item: ReviewItem) -> str:
     """The item page's absolute URL (``CALLGATE_BASE_URL`` + its path)."""
     path = reverse("reviews:item", args=[item.project.slug, item.pk])
-    return absolute_url(path)
-
-
-def settings_url(item_pk: int) -> str:
-    """The absolute URL of the Notifications page of item ``item_pk``'s project (the one the
-    Slack message came from; the base URL when there is no such item)."""
-    slug = ReviewItem.objects.filter(pk=item_pk).values_list("project__slug", flat=True).first()
-    path = reverse("reviews:notifications", args=[slug]) if slug else "/"
     return absolute_url(path)
 
 
@@ -260,6 +260,94 @@ def decision_link_use(*, token: str, reason: str = "") -> ReviewItem:
         )
 
 
+# --- linking a Slack member ------------------------------------------------------------------------
+
+#: The signing salt of Slack link tokens (no email link or other signed value passes for one).
+SLACK_LINK_SALT = "callgate.reviews.slack-link"
+#: How long a Slack link is valid, in seconds: it is sent at the click and used at once.
+SLACK_LINK_MAX_AGE = 15 * 60
+
+
+def slack_link_create(*, team_id: str, slack_user_id: str) -> str:
+    """A one-time link that links Slack member ``slack_user_id`` of workspace ``team_id``
+    (proven by a Slack-signed request) to the callgate user who opens it: its absolute URL,
+    ``{CALLGATE_BASE_URL}/integrations/slack/link/<token>/``; ``token`` is
+    ``signing.dumps({"n": nonce}, salt=SLACK_LINK_SALT)``, valid ``SLACK_LINK_MAX_AGE``
+    seconds, its nonce naming a ``SlackLinkRequest``."""
+    request = SlackLinkRequest.objects.create(
+        nonce=secrets.token_hex(16), team_id=team_id, slack_user_id=slack_user_id
+    )
+    token = signing.dumps({"n": request.nonce}, salt=SLACK_LINK_SALT, compress=True)
+    return absolute_url(reverse("slack-link", args=[token]))
+
+
+def slack_link_read(token: str) -> SlackLinkRequest:
+    """The link request ``token`` names, if it can still link. Raises ``LinkError``: 400
+    tampered (bad signature, unknown nonce), 410 expired (older than
+    ``SLACK_LINK_MAX_AGE``) or used."""
+    try:
+        data = signing.loads(token, salt=SLACK_LINK_SALT, max_age=SLACK_LINK_MAX_AGE)
+    except signing.SignatureExpired as exc:
+        raise LinkError(
+            "This link has expired. Click a button of a callgate message in Slack again "
+            "for a new one.",
+            status=410,
+        ) from exc
+    except signing.BadSignature as exc:
+        raise LinkError(
+            "This link is not valid: it was changed or cut. Use the whole link from Slack.",
+            status=400,
+        ) from exc
+    request = SlackLinkRequest.objects.filter(
+        nonce=data.get("n") if isinstance(data, dict) else None
+    ).first()
+    if request is None:
+        raise LinkError("This link is not valid.", status=400)
+    if request.used_at is not None:
+        raise LinkError(
+            f"This link was used at {request.used_at:%Y-%m-%d %H:%M} UTC; a link links once.",
+            status=410,
+        )
+    return request
+
+
+def slack_link_use(*, token: str, user) -> SlackIdentity:
+    """Link the Slack member of link ``token`` to ``user`` (replacing the user's previous
+    link), once. Raises ``LinkError`` as ``slack_link_read``, and 409 when that Slack
+    member is linked to another callgate user (who must unlink it first: nothing changes)."""
+    with transaction.atomic():
+        request = slack_link_read(token)
+        holder = (
+            SlackIdentity.objects.select_for_update()
+            .filter(team_id=request.team_id, slack_user_id=request.slack_user_id)
+            .first()
+        )
+        if holder is not None and holder.user_id != user.pk:
+            raise LinkError(
+                "This Slack member is linked to another callgate user. They can unlink it on "
+                "their Notifications page; nothing was changed.",
+                status=409,
+            )
+        used = SlackLinkRequest.objects.filter(pk=request.pk, used_at=None).update(
+            used_at=timezone.now(), used_by=user
+        )
+        if not used:
+            raise LinkError("This link was used already; a link links once.", status=410)
+        if holder is not None:
+            return holder
+        SlackIdentity.objects.filter(user=user).delete()
+        try:
+            with transaction.atomic():
+                return SlackIdentity.objects.create(
+                    user=user, team_id=request.team_id, slack_user_id=request.slack_user_id
+                )
+        except IntegrityError as exc:  # another user linked the member a moment ago
+            raise LinkError(
+                "This Slack member is linked to another callgate user; nothing was changed.",
+                status=409,
+            ) from exc
+
+
 # --- who is told --------------------------------------------------------------------------------
 
 
@@ -390,14 +478,6 @@ def slack_identity_of(user) -> SlackIdentity | None:
 def email_subscribed(*, user, project_id: int) -> bool:
     """Whether ``user`` gets the project's review item emails."""
     return EmailSubscription.objects.filter(user=user, project_id=project_id).exists()
-
-
-def slack_identity_set(*, user, team_id: str, slack_user_id: str) -> None:
-    """Link ``user`` to one Slack member (replacing the user's previous link). The form has
-    checked that no other user holds that member; a race still ends in IntegrityError."""
-    with transaction.atomic():
-        SlackIdentity.objects.filter(user=user).delete()
-        SlackIdentity.objects.create(user=user, team_id=team_id, slack_user_id=slack_user_id)
 
 
 def slack_identity_remove(*, user) -> None:
