@@ -311,6 +311,22 @@ def slack_link_read(token: str) -> SlackLinkRequest:
     return request
 
 
+#: Why a Slack link cannot link a member another callgate user holds.
+SLACK_MEMBER_TAKEN = (
+    "This Slack member is linked to another callgate user. They can unlink it on their "
+    "Notifications page; nothing was changed."
+)
+
+
+def slack_member_taken(*, request: SlackLinkRequest, user) -> bool:
+    """Whether the Slack member of link ``request`` is linked to a user other than ``user``."""
+    return (
+        SlackIdentity.objects.filter(team_id=request.team_id, slack_user_id=request.slack_user_id)
+        .exclude(user=user)
+        .exists()
+    )
+
+
 def slack_link_use(*, token: str, user) -> SlackIdentity:
     """Link the Slack member of link ``token`` to ``user`` (replacing the user's previous
     link), once. Raises ``LinkError`` as ``slack_link_read``, and 409 when that Slack
@@ -323,11 +339,7 @@ def slack_link_use(*, token: str, user) -> SlackIdentity:
             .first()
         )
         if holder is not None and holder.user_id != user.pk:
-            raise LinkError(
-                "This Slack member is linked to another callgate user. They can unlink it on "
-                "their Notifications page; nothing was changed.",
-                status=409,
-            )
+            raise LinkError(SLACK_MEMBER_TAKEN, status=409)
         used = SlackLinkRequest.objects.filter(pk=request.pk, used_at=None).update(
             used_at=timezone.now(), used_by=user
         )
@@ -342,10 +354,7 @@ def slack_link_use(*, token: str, user) -> SlackIdentity:
                     user=user, team_id=request.team_id, slack_user_id=request.slack_user_id
                 )
         except IntegrityError as exc:  # another user linked the member a moment ago
-            raise LinkError(
-                "This Slack member is linked to another callgate user; nothing was changed.",
-                status=409,
-            ) from exc
+            raise LinkError(SLACK_MEMBER_TAKEN, status=409) from exc
 
 
 # --- who is told --------------------------------------------------------------------------------

@@ -155,6 +155,9 @@ def slack_link(request: HttpRequest, token: str) -> HttpResponse:
         and (identity.team_id, identity.slack_user_id) != (link.team_id, link.slack_user_id),
     }
     if request.method != "POST":
+        if notifications.slack_member_taken(request=link, user=request.user):
+            context["error"] = notifications.SLACK_MEMBER_TAKEN
+            return render(request, "reviews/slack_link.html", context, status=409)
         return render(request, "reviews/slack_link.html", context)
     try:
         linked = notifications.slack_link_use(token=token, user=request.user)
