@@ -148,7 +148,7 @@ def slack_link(request: HttpRequest, token: str) -> HttpResponse:
     except notifications.LinkError as exc:
         return render(request, "reviews/slack_link.html", {"error": str(exc)}, status=exc.status)
     identity = notifications.slack_identity_of(request.user)
-    context = {
+    context: dict[str, object] = {
         "link": link,
         "identity": identity,
         "replaces": identity is not None
