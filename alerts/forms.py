@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import forms
 
 from alerts.models import AlertRule
+from callgate.outbound import url_refusal
 from callgate.taxonomy import Category, Reason
 
 
@@ -51,6 +52,14 @@ class AlertRuleForm(forms.ModelForm):
         self.fields["target"] = forms.ChoiceField(
             choices=target_choices, required=False, label="Category or reason"
         )
+
+    def clean_webhook_url(self) -> str:
+        """The webhook URL, refused (beside the field) when the outbound guard would refuse
+        to post there (``callgate.outbound.url_refusal``: loopback, private, metadata …)."""
+        url = self.cleaned_data["webhook_url"]
+        if url and (refusal := url_refusal(url)):
+            raise forms.ValidationError(f"callgate may not post to this address: {refusal}")
+        return url
 
     def clean(self):
         data = super().clean()

@@ -1,10 +1,12 @@
 """Django admin for projects, members, agents and keys (keys are issued by a command or
 the admin action below; the plain key is shown once in a message and never stored)."""
 
+from django import forms
 from django.contrib import admin, messages
 
 from callgate.auth import api_key_issue, api_key_revoke
 from callgate.models import Agent, ApiKey, InboxEvent, Membership, Project, ToolContract
+from callgate.outbound import url_refusal
 from callgate.reports.tallies import counts_rebuild
 
 
@@ -57,8 +59,26 @@ def issue_key(modeladmin, request, queryset):
         )
 
 
+class AgentAdminForm(forms.ModelForm):
+    """An agent as the admin edits it: its decision webhook must be an address the outbound
+    guard lets callgate post to (``callgate.outbound.url_refusal``), as the delivery would."""
+
+    webhook_url = forms.URLField(required=False, assume_scheme="https", label="Webhook URL")
+
+    class Meta:
+        model = Agent
+        fields = ["project", "name", "description", "webhook_url", "webhook_secret", "created_at"]
+
+    def clean_webhook_url(self) -> str:
+        url = self.cleaned_data["webhook_url"]
+        if url and (refusal := url_refusal(url)):
+            raise forms.ValidationError(f"callgate may not post to this address: {refusal}")
+        return url
+
+
 @admin.register(Agent)
 class AgentAdmin(RecountOnDelete):
+    form = AgentAdminForm
     list_display = ["name", "project", "webhook_url", "created_at"]
     list_filter = ["project"]
     search_fields = ["name"]

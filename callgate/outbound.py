@@ -8,8 +8,10 @@ URLs from agents and managers. Every such request goes through ``client()`` (or 
 - resolves the host once (``socket.getaddrinfo``) and refuses it when any of its addresses
   is not public (``ipaddress``'s ``is_global`` is False: loopback, private, link-local such
   as cloud metadata at 169.254.169.254, shared, reserved, multicast, unspecified), judging
-  an IPv6 address that carries an IPv4 one (IPv4-mapped ``::ffff:a.b.c.d``, NAT64
-  ``64:ff9b::/96``, 6to4 ``2002::/16``, Teredo) by both; every spelling of an address that
+  an IPv6 address that carries an IPv4 one (IPv4-mapped ``::ffff:a.b.c.d``,
+  IPv4-compatible ``::a.b.c.d``, IPv4-translated ``::ffff:0:a.b.c.d``, NAT64
+  ``64:ff9b::/96`` and ``64:ff9b:1::/48``, 6to4 ``2002::/16``, Teredo) by both, and
+  refusing site-local ``fec0::/10`` and ``192.0.0.0/24`` outright; every spelling of an address that
   the resolver accepts (``127.1``, ``0x7f000001``, ``2130706433``, ``[::1]``) is judged by
   what it resolves to;
 - connects to the address it checked (the URL's host is replaced by that address; the
@@ -39,8 +41,24 @@ from django.core.exceptions import ImproperlyConfigured
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-#: NAT64's well-known prefix (RFC 6052): its last 32 bits are an IPv4 address
-NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+#: IPv6 prefixes whose last 32 bits are an IPv4 address: NAT64's well-known prefix
+#: (RFC 6052), the local-use NAT64 prefix (RFC 8215: 64:ff9b:1::/48, any position inside it
+#: is judged by its last 32 bits), IPv4-compatible (RFC 4291 2.5.5.1, deprecated, ::/96)
+#: and IPv4-translated (RFC 2765 2.1, ::ffff:0:0:0/96).
+EMBEDDING_IPV4 = (
+    ipaddress.IPv6Network("64:ff9b::/96"),
+    ipaddress.IPv6Network("64:ff9b:1::/48"),
+    ipaddress.IPv6Network("::/96"),
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),
+)
+#: Ranges refused outright, whatever ``is_global`` says on this Python: IPv6 site-local
+#: (fec0::/10, deprecated by RFC 3879 but still routed inside some networks) and the IETF
+#: protocol assignments (192.0.0.0/24, RFC 6890; 192.0.0.8 is the IPv4 dummy address of
+#: RFC 7600, and 192.0.0.9/.10, which Python calls global, are anycast service addresses).
+NEVER_PUBLIC = (
+    ipaddress.IPv6Network("fec0::/10"),
+    ipaddress.IPv4Network("192.0.0.0/24"),
+)
 
 
 class OutboundRefused(httpx.TransportError):
@@ -78,7 +96,7 @@ def _embedded(address: IPAddress) -> list[IPAddress]:
             found.append(address.sixtofour)
         if address.teredo:
             found.append(address.teredo[1])
-        if address in NAT64:
+        if any(address in prefix for prefix in EMBEDDING_IPV4):
             found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
     return found
 
@@ -90,7 +108,9 @@ def address_refusal(address: IPAddress, *, networks: Iterable[IPNetwork] = ()) -
     for candidate in _embedded(address):
         if any(candidate.version == n.version and candidate in n for n in nets):
             continue
-        if not candidate.is_global:
+        if not candidate.is_global or any(
+            candidate.version == n.version and candidate in n for n in NEVER_PUBLIC
+        ):
             return f"a non-public address ({address})"
     return None
 

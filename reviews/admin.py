@@ -63,11 +63,19 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
 @admin.register(SlackIdentity)
 class SlackIdentityAdmin(admin.ModelAdmin):
-    """Admins link a Slack member to a callgate user (users do it on the Notifications page)."""
+    """Who is linked to which Slack member; admins may unlink (delete) but not link: a link
+    needs the Slack member's proof (``SlackLinkRequest``), which only Slack's signed click
+    gives, so nobody, admins included, can type in another person's member ID."""
 
     list_display = ("user", "team_id", "slack_user_id", "created_at")
     search_fields = ("user__username", "slack_user_id", "team_id")
-    raw_id_fields = ("user",)
+    readonly_fields = ("user", "team_id", "slack_user_id", "created_at")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(ProjectNotifications)

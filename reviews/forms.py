@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import cast
 
 from django import forms
-from django.core.validators import RegexValidator, validate_email
+from django.core.validators import validate_email
 from django.http import QueryDict
 
 from callgate.outbound import url_refusal
-from reviews.models import ProjectNotifications, SlackIdentity
+from reviews.models import ProjectNotifications
 from reviews.services import DECISIONS, MAX_EXTEND_SECONDS
 
 
@@ -54,39 +54,6 @@ class BulkForm(forms.Form):
 
 
 # --- notifications outside the dashboard --------------------------------------------------------
-
-#: Slack's IDs: workspaces T… (Enterprise Grid E…), members U… or W…, upper-case letters and digits.
-SLACK_TEAM_ID = RegexValidator(r"^[TE][A-Z0-9]{2,31}$", "A Slack workspace ID: T0123ABCD.")
-SLACK_USER_ID = RegexValidator(r"^[UW][A-Z0-9]{2,31}$", "A Slack member ID: U0123ABCD.")
-
-
-class SlackIdentityForm(forms.Form):
-    """The Slack user a person links to their callgate account (Slack: profile → ⋮ → Copy
-    member ID; the workspace ID is in the workspace's settings or a message link)."""
-
-    team_id = forms.CharField(
-        label="Slack workspace ID", max_length=32, validators=[SLACK_TEAM_ID], strip=True
-    )
-    slack_user_id = forms.CharField(
-        label="Slack member ID", max_length=32, validators=[SLACK_USER_ID], strip=True
-    )
-
-    def __init__(self, *args, user=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.user = user
-
-    def clean(self):
-        data = super().clean()
-        team, member = data.get("team_id"), data.get("slack_user_id")
-        if (
-            team
-            and member
-            and SlackIdentity.objects.filter(team_id=team, slack_user_id=member)
-            .exclude(user=self.user)
-            .exists()
-        ):
-            self.add_error("slack_user_id", "This Slack member is linked to another user.")
-        return data
 
 
 class ProjectNotificationsForm(forms.ModelForm):

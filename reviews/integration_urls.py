@@ -8,4 +8,5 @@ from reviews import notify_views
 urlpatterns = [
     path("slack/actions", notify_views.slack_actions, name="slack-actions"),
     path("email/<str:token>/", notify_views.email_decision, name="email-decision"),
+    path("slack/link/<str:token>/", notify_views.slack_link, name="slack-link"),
 ]

@@ -415,8 +415,10 @@ class ProjectNotifications(models.Model):
 
 class SlackIdentity(models.Model):
     """A Slack user (workspace ``team_id`` + ``slack_user_id``) linked to a callgate user:
-    a click on a Slack message's Approve or Reject decides as that user. Set by the user on
-    the Notifications page or by an admin; one callgate user per Slack user."""
+    a click on a Slack message's Approve or Reject decides as that user. Made only with
+    proof that the Slack user is the clicker: a ``SlackLinkRequest`` link, which callgate
+    sends to that Slack user alone, opened by the logged-in callgate user; one callgate user
+    per Slack user."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_identities"
@@ -435,6 +437,26 @@ class SlackIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team_id}/{self.slack_user_id} → {self.user}"
+
+
+class SlackLinkRequest(models.Model):
+    """A one-time link offered to a Slack member who clicked a callgate message before
+    linking: Slack signed the click, so ``team_id`` and ``slack_user_id`` are proven; the
+    link (signed ``nonce``, ``reviews.notifications.slack_link_create``) went to that member
+    alone, and links that member to the callgate user who opens it and confirms.
+    ``used_at``/``used_by`` are set in the linking transaction, so it links at most once."""
+
+    nonce = models.CharField(max_length=32, unique=True)
+    team_id = models.CharField(max_length=32)
+    slack_user_id = models.CharField(max_length=32)
+    created_at = models.DateTimeField(default=timezone.now)
+    used_at = models.DateTimeField(null=True, blank=True)
+    used_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    def __str__(self) -> str:
+        return f"link request for {self.team_id}/{self.slack_user_id}"
 
 
 class EmailSubscription(models.Model):

@@ -14,6 +14,13 @@ a ``DecisionLink`` row (item, user, decision) that the decision's transaction ma
 so a link decides at most once. GET (or HEAD: mail scanners prefetch links) only shows a
 confirmation page; its POST decides.
 
+A Slack member is linked to a callgate user only with proof that it is theirs, without
+OAuth: a click of an unlinked member on a callgate message (a request Slack signed, so its
+team and user IDs are Slack's word) is answered, to that member alone, with a one-time link
+``{CALLGATE_BASE_URL}/integrations/slack/link/<token>/`` (``slack_link_create``: the same
+scheme with its own salt, ``SLACK_LINK_SALT``, valid ``SLACK_LINK_MAX_AGE`` seconds); the
+callgate user logged in where it is opened confirms, and is linked (``slack_link_use``).
+
 Every decision from outside goes through ``reviews.services.review_item_decide`` (the
 browser's compare-and-swap, audit and reason) with ``via`` naming the channel, as a user
 who is an operator (or more) of the item's project at that moment.
@@ -28,7 +35,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core import signing
 from django.core.mail import EmailMultiAlternatives, get_connection
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -42,8 +49,9 @@ from reviews.models import (
     ProjectNotifications,
     ReviewItem,
     SlackIdentity,
+    SlackLinkRequest,
 )
-from reviews.services import ReviewError, allowed_decisions, review_item_decide
+from reviews.services import NO_RETRY_WORDS, ReviewError, allowed_decisions, review_item_decide
 
 #: The signing salt of email decision links (no other signed value can pass for one).
 EMAIL_LINK_SALT = "callgate.reviews.email-decision-link"
@@ -55,24 +63,32 @@ ARGUMENTS_SUMMARY_MAX = 300
 
 def arguments_summary(arguments: object) -> str:
     """The call's (already redacted) arguments as compact JSON, cut to
-    ``ARGUMENTS_SUMMARY_MAX`` characters with an ellipsis."""
-    text = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "), default=str)
+    ``ARGUMENTS_SUMMARY_MAX`` characters with an ellipsis (``arguments_shown_whole`` tells
+    whether it was cut)."""
+    text = _compact(arguments)
     if len(text) > ARGUMENTS_SUMMARY_MAX:
         text = text[: ARGUMENTS_SUMMARY_MAX - 1] + "…"
     return text
 
 
+def arguments_shown_whole(arguments: object) -> bool:
+    """Whether ``arguments_summary`` shows every argument (nothing was cut)."""
+    return len(_compact(arguments)) <= ARGUMENTS_SUMMARY_MAX
+
+
+def arguments_full(arguments: object) -> str:
+    """The call's (already redacted) arguments as indented JSON, whole: the email link's
+    confirmation page shows them before anything is decided."""
+    return json.dumps(arguments, ensure_ascii=False, indent=2, default=str)
+
+
+def _compact(arguments: object) -> str:
+    return json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
 def item_url(item: ReviewItem) -> str:
     """The item page's absolute URL (``CALLGATE_BASE_URL`` + its path)."""
     path = reverse("reviews:item", args=[item.project.slug, item.pk])
-    return absolute_url(path)
-
-
-def settings_url(item_pk: int) -> str:
-    """The absolute URL of the Notifications page of item ``item_pk``'s project (the one the
-    Slack message came from; the base URL when there is no such item)."""
-    slug = ReviewItem.objects.filter(pk=item_pk).values_list("project__slug", flat=True).first()
-    path = reverse("reviews:notifications", args=[slug]) if slug else "/"
     return absolute_url(path)
 
 
@@ -108,20 +124,59 @@ def item_for_decider(*, user, item_pk: int) -> tuple[ReviewItem | None, str]:
     return item, ""
 
 
+#: Why a message or link offers no approval when its summary had to cut the arguments.
+ARGUMENTS_CUT = (
+    "The message could not show every argument: open the item in callgate to approve "
+    "after reading them."
+)
+#: Why a message or link offers no retry the observation rules out.
+NO_RETRY = "The observation says not to retry: open the item in callgate to decide."
+
+
+def decision_refusal(item: ReviewItem, decision: str) -> str:
+    """Why a Slack message or an email link may not take ``decision`` on open ``item`` now
+    ("" when it may; a closed item is left to ``review_item_decide``, which says who decided).
+
+    The safe design, for both channels: an approval is offered (and taken) only when
+    everything the approver has to see was in the message. So no approve or approve retry
+    when the arguments summary was cut (``arguments_shown_whole``: a long first argument
+    would hide the amount and the account behind it); none of a retry the observation says
+    not to retry (``NO_RETRY_WORDS``, as the queue's one-key approve,
+    ``services.queue_approve_action``); and none the item's state forbids
+    (``allowed_decisions``: an unknown outcome not looked up). Reject is always possible."""
+    if decision == "reject" or not item.is_open:
+        return ""
+    if not arguments_shown_whole(item.call.arguments):
+        return ARGUMENTS_CUT
+    if (
+        decision == "approve_retry"
+        and item.kind != ReviewItem.Kind.APPROVAL
+        and NO_RETRY_WORDS in (item.call.observation or "").lower()
+    ):
+        return NO_RETRY
+    return allowed_decisions(item)[decision]
+
+
 def decide(*, item: ReviewItem, user, decision: str, reason: str, via: str) -> ReviewItem:
     """``review_item_decide`` for a decision taken outside the browser (``via``: "slack",
-    "email"); only the decisions a link or button offers. Raises what it raises."""
+    "email"); only the decisions a link or button offers now (``decision_refusal``), so a
+    click or link made before the item changed, or a forged value, decides nothing. Raises
+    ``ReviewError`` (with the refusal) and what ``review_item_decide`` raises."""
     if decision not in LINK_DECISIONS:
         raise ReviewError(f"Unknown decision {decision!r}.")
+    if why := decision_refusal(item, decision):
+        raise ReviewError(why)
     return review_item_decide(item=item, user=user, decision=decision, reason=reason, via=via)
 
 
 def offered_decisions(item: ReviewItem) -> list[str]:
-    """The decisions a message offers for ``item``: the one approval it allows now (an
-    approval request's approve, or an escalation's approve retry), then reject."""
-    allowed = allowed_decisions(item)
-    approve = [d for d in ("approve", "approve_retry") if not allowed[d]][:1]
-    return [*approve, "reject"] if item.is_open else []
+    """The decisions a message offers for open ``item``: the one approval it allows now (an
+    approval request's approve, or an escalation's approve retry) unless
+    ``decision_refusal`` rules it out, then reject."""
+    if not item.is_open:
+        return []
+    approve = [d for d in ("approve", "approve_retry") if not decision_refusal(item, d)][:1]
+    return [*approve, "reject"]
 
 
 # --- email decision links ----------------------------------------------------------------------
@@ -205,6 +260,103 @@ def decision_link_use(*, token: str, reason: str = "") -> ReviewItem:
         )
 
 
+# --- linking a Slack member ------------------------------------------------------------------------
+
+#: The signing salt of Slack link tokens (no email link or other signed value passes for one).
+SLACK_LINK_SALT = "callgate.reviews.slack-link"
+#: How long a Slack link is valid, in seconds: it is sent at the click and used at once.
+SLACK_LINK_MAX_AGE = 15 * 60
+
+
+def slack_link_create(*, team_id: str, slack_user_id: str) -> str:
+    """A one-time link that links Slack member ``slack_user_id`` of workspace ``team_id``
+    (proven by a Slack-signed request) to the callgate user who opens it: its absolute URL,
+    ``{CALLGATE_BASE_URL}/integrations/slack/link/<token>/``; ``token`` is
+    ``signing.dumps({"n": nonce}, salt=SLACK_LINK_SALT)``, valid ``SLACK_LINK_MAX_AGE``
+    seconds, its nonce naming a ``SlackLinkRequest``."""
+    request = SlackLinkRequest.objects.create(
+        nonce=secrets.token_hex(16), team_id=team_id, slack_user_id=slack_user_id
+    )
+    token = signing.dumps({"n": request.nonce}, salt=SLACK_LINK_SALT, compress=True)
+    return absolute_url(reverse("slack-link", args=[token]))
+
+
+def slack_link_read(token: str) -> SlackLinkRequest:
+    """The link request ``token`` names, if it can still link. Raises ``LinkError``: 400
+    tampered (bad signature, unknown nonce), 410 expired (older than
+    ``SLACK_LINK_MAX_AGE``) or used."""
+    try:
+        data = signing.loads(token, salt=SLACK_LINK_SALT, max_age=SLACK_LINK_MAX_AGE)
+    except signing.SignatureExpired as exc:
+        raise LinkError(
+            "This link has expired. Click a button of a callgate message in Slack again "
+            "for a new one.",
+            status=410,
+        ) from exc
+    except signing.BadSignature as exc:
+        raise LinkError(
+            "This link is not valid: it was changed or cut. Use the whole link from Slack.",
+            status=400,
+        ) from exc
+    request = SlackLinkRequest.objects.filter(
+        nonce=data.get("n") if isinstance(data, dict) else None
+    ).first()
+    if request is None:
+        raise LinkError("This link is not valid.", status=400)
+    if request.used_at is not None:
+        raise LinkError(
+            f"This link was used at {request.used_at:%Y-%m-%d %H:%M} UTC; a link links once.",
+            status=410,
+        )
+    return request
+
+
+#: Why a Slack link cannot link a member another callgate user holds.
+SLACK_MEMBER_TAKEN = (
+    "This Slack member is linked to another callgate user. They can unlink it on their "
+    "Notifications page; nothing was changed."
+)
+
+
+def slack_member_taken(*, request: SlackLinkRequest, user) -> bool:
+    """Whether the Slack member of link ``request`` is linked to a user other than ``user``."""
+    return (
+        SlackIdentity.objects.filter(team_id=request.team_id, slack_user_id=request.slack_user_id)
+        .exclude(user=user)
+        .exists()
+    )
+
+
+def slack_link_use(*, token: str, user) -> SlackIdentity:
+    """Link the Slack member of link ``token`` to ``user`` (replacing the user's previous
+    link), once. Raises ``LinkError`` as ``slack_link_read``, and 409 when that Slack
+    member is linked to another callgate user (who must unlink it first: nothing changes)."""
+    with transaction.atomic():
+        request = slack_link_read(token)
+        holder = (
+            SlackIdentity.objects.select_for_update()
+            .filter(team_id=request.team_id, slack_user_id=request.slack_user_id)
+            .first()
+        )
+        if holder is not None and holder.user_id != user.pk:
+            raise LinkError(SLACK_MEMBER_TAKEN, status=409)
+        used = SlackLinkRequest.objects.filter(pk=request.pk, used_at=None).update(
+            used_at=timezone.now(), used_by=user
+        )
+        if not used:
+            raise LinkError("This link was used already; a link links once.", status=410)
+        if holder is not None:
+            return holder
+        SlackIdentity.objects.filter(user=user).delete()
+        try:
+            with transaction.atomic():
+                return SlackIdentity.objects.create(
+                    user=user, team_id=request.team_id, slack_user_id=request.slack_user_id
+                )
+        except IntegrityError as exc:  # another user linked the member a moment ago
+            raise LinkError(SLACK_MEMBER_TAKEN, status=409) from exc
+
+
 # --- who is told --------------------------------------------------------------------------------
 
 
@@ -276,6 +428,9 @@ def email_notify(*, item: ReviewItem) -> int:
             "item_url": item_url(item),
             "links": links,
             "arguments": arguments_summary(item.call.arguments),
+            "arguments_cut": ARGUMENTS_CUT
+            if not arguments_shown_whole(item.call.arguments)
+            else "",
             "max_age_hours": settings.CALLGATE_EMAIL_LINK_MAX_AGE // 3600,
         }
         message = EmailMultiAlternatives(
@@ -332,14 +487,6 @@ def slack_identity_of(user) -> SlackIdentity | None:
 def email_subscribed(*, user, project_id: int) -> bool:
     """Whether ``user`` gets the project's review item emails."""
     return EmailSubscription.objects.filter(user=user, project_id=project_id).exists()
-
-
-def slack_identity_set(*, user, team_id: str, slack_user_id: str) -> None:
-    """Link ``user`` to one Slack member (replacing the user's previous link). The form has
-    checked that no other user holds that member; a race still ends in IntegrityError."""
-    with transaction.atomic():
-        SlackIdentity.objects.filter(user=user).delete()
-        SlackIdentity.objects.create(user=user, team_id=team_id, slack_user_id=slack_user_id)
 
 
 def slack_identity_remove(*, user) -> None:

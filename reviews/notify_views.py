@@ -11,8 +11,12 @@ decision links' confirmation page, and the Notifications settings page. The rule
   decides: mail scanners prefetch links); ``POST`` decides once. 400 tampered, 410 used or
   expired, 403 the link's user lost the role, 409 someone decided first, 422 a rejection
   without a reason; each with a page that says so.
-- ``/p/<project>/review/notifications/``: the user's Slack link and email subscription; the
-  project's Slack webhook and addresses for managers.
+- ``GET|HEAD /integrations/slack/link/<token>/``: the confirmation page of a Slack link (the
+  one-time link an unlinked Slack member gets when they click a callgate message); ``POST``
+  links that Slack member to the logged-in user. 400 tampered, 410 used or expired, 409
+  the member is linked to another user.
+- ``/p/<project>/review/notifications/``: the user's Slack link (shown, and unlinked) and
+  email subscription; the project's Slack webhook and addresses for managers.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import json
 
 from django.contrib import messages
+from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
@@ -29,7 +34,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from callgate.access import ProjectRequest, Role, project_view
 from callgate.celery import enqueue_on_commit
 from reviews import notifications, slack
-from reviews.forms import EmailDecisionForm, ProjectNotificationsForm, SlackIdentityForm
+from reviews.forms import EmailDecisionForm, ProjectNotificationsForm
 from reviews.models import ProjectNotifications
 from reviews.services import REJECT_PRESETS, ReviewConflict, ReviewError
 
@@ -50,7 +55,7 @@ def slack_actions(request: HttpRequest) -> HttpResponse:
         )
     try:
         payload = json.loads(request.POST.get("payload", ""))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read
         return JsonResponse(
             {"error": "payload", "detail": "payload must be a JSON object."}, status=400
         )
@@ -90,7 +95,7 @@ def _link_page(
             "item": item,
             "decision_label": notifications.LINK_DECISIONS.get(link.decision, "") if link else "",
             "item_url": notifications.item_url(item) if item else "",
-            "arguments": notifications.arguments_summary(item.call.arguments) if item else "",
+            "arguments": notifications.arguments_full(item.call.arguments) if item else "",
             "error": error,
             "done": done,
             "form": form,
@@ -127,6 +132,42 @@ def email_decision(request: HttpRequest, token: str) -> HttpResponse:
     return _link_page(request, item=item, done=notifications.outcome(item))
 
 
+# --- linking a Slack member -----------------------------------------------------------------------
+
+
+@never_cache  # the URL is a credential
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def slack_link(request: HttpRequest, token: str) -> HttpResponse:
+    """A Slack link (sent to an unlinked Slack member in the ephemeral reply to their click):
+    GET/HEAD shows which Slack member it links to the logged-in user and a button; POST
+    links them, once. 400 tampered, 410 used or expired, 409 the member is linked to another
+    user; each with a page that says so. Not logged in: the login page, then back here."""
+    try:
+        link = notifications.slack_link_read(token)
+    except notifications.LinkError as exc:
+        return render(request, "reviews/slack_link.html", {"error": str(exc)}, status=exc.status)
+    identity = notifications.slack_identity_of(request.user)
+    context: dict[str, object] = {
+        "link": link,
+        "identity": identity,
+        "replaces": identity is not None
+        and (identity.team_id, identity.slack_user_id) != (link.team_id, link.slack_user_id),
+    }
+    if request.method != "POST":
+        if notifications.slack_member_taken(request=link, user=request.user):
+            context["error"] = notifications.SLACK_MEMBER_TAKEN
+            return render(request, "reviews/slack_link.html", context, status=409)
+        return render(request, "reviews/slack_link.html", context)
+    try:
+        linked = notifications.slack_link_use(token=token, user=request.user)
+    except notifications.LinkError as exc:
+        return render(
+            request, "reviews/slack_link.html", {**context, "error": str(exc)}, status=exc.status
+        )
+    return render(request, "reviews/slack_link.html", {"done": linked})
+
+
 # --- the Notifications page ---------------------------------------------------------------------
 
 
@@ -137,13 +178,7 @@ def _settings_page(request: ProjectRequest, *, status: int = 200, **forms) -> Ht
     context = {
         "nav_active": "notifications",
         "identity": identity,
-        "slack_form": forms.get("slack_form")
-        or SlackIdentityForm(
-            user=request.user,
-            initial={"team_id": identity.team_id, "slack_user_id": identity.slack_user_id}
-            if identity
-            else None,
-        ),
+        "slack_link_minutes": notifications.SLACK_LINK_MAX_AGE // 60,
         "can_decide": request.membership.has_role(Role.OPERATOR),
         "subscribed": notifications.email_subscribed(
             user=request.user, project_id=request.project.pk
@@ -159,18 +194,13 @@ def _settings_page(request: ProjectRequest, *, status: int = 200, **forms) -> Ht
 @require_http_methods(["GET", "POST"])
 @project_view()
 def notification_settings(request: ProjectRequest) -> HttpResponse:
-    """GET the page; POST one of its forms (``form``: ``slack``, ``slack_remove``,
-    ``email``, ``project``), 422 with the form's errors beside its fields."""
+    """GET the page; POST one of its forms (``form``: ``slack_remove``, ``email``,
+    ``project``), 422 with the form's errors beside its fields. A Slack member is linked
+    only through ``slack_link`` (a link Slack's signed click earned), never typed here."""
     if request.method == "GET":
         return _settings_page(request)
     which = request.POST.get("form", "")
-    if which == "slack":
-        form = SlackIdentityForm(request.POST, user=request.user)
-        if not form.is_valid():
-            return _settings_page(request, status=422, slack_form=form)
-        notifications.slack_identity_set(user=request.user, **form.cleaned_data)
-        messages.success(request, "Your Slack account is linked.")
-    elif which == "slack_remove":
+    if which == "slack_remove":
         notifications.slack_identity_remove(user=request.user)
         messages.success(request, "Your Slack account is unlinked.")
     elif which == "email":
@@ -198,5 +228,5 @@ def notification_settings(request: ProjectRequest) -> HttpResponse:
         project_form.save()
         messages.success(request, "The project's notifications are saved.")
     else:
-        return HttpResponse("form must be slack, slack_remove, email or project.", status=400)
+        return HttpResponse("form must be slack_remove, email or project.", status=400)
     return redirect("reviews:notifications", request.project.slug)

@@ -14,7 +14,10 @@ off). ``slack_action`` decides through ``reviews.services.review_item_decide`` (
 compare-and-swap, audit and reason) as the callgate user linked to the clicking Slack user
 (``SlackIdentity``), and answers through the payload's ``response_url`` (Slack ignores the
 HTTP answer's body for ``block_actions``): the message replaced by its decided state, or an
-ephemeral reply to the clicker alone when nothing was decided.
+ephemeral reply to the clicker alone when nothing was decided. A Slack user not linked yet
+gets, in that ephemeral reply, a one-time link (``notifications.slack_link_create``) that
+links the Slack user Slack's signature proved to the callgate user who opens it: the only
+way a Slack user is linked, so nobody can claim another's Slack member ID.
 
 Both directions are outbound HTTP through ``slack_post``: ``callgate.outbound.client`` (the
 one guard of user-named URLs: public addresses or ``CALLGATE_OUTBOUND_ALLOW``, pinned, no
@@ -80,9 +83,10 @@ def _escape(text: str) -> str:
 
 def slack_message(item: ReviewItem) -> dict:
     """The Block Kit message of ``item``: ``{"text": fallback, "blocks": [...]}``. An open
-    item has Approve (or Approve retry, when it is allowed now) and a Reject menu of the
-    preset reasons (a rejection needs a reason: the agent reads it); a closed one says who
-    decided what, without controls."""
+    item has Approve (or Approve retry) when ``notifications.offered_decisions`` offers it
+    (not when the arguments summary is cut, nor a retry the observation rules out), a
+    Reject menu of the preset reasons (a rejection needs a reason: the agent reads it) and
+    Open in callgate; a closed one says who decided what, without controls."""
     call = item.call
     url = notifications.item_url(item)
     reason = label(item.reason, "reason")
@@ -106,6 +110,10 @@ def slack_message(item: ReviewItem) -> dict:
             )
         ),
     ]
+    if item.is_open and not notifications.arguments_shown_whole(call.arguments):
+        blocks.append(
+            ContextBlock(elements=[MarkdownTextObject(text=f"*{notifications.ARGUMENTS_CUT}*")])
+        )
     if item.is_open:
         elements: list = [
             ButtonElement(
@@ -223,7 +231,7 @@ def _parse_action(payload: dict) -> tuple[str, int, str]:
 def slack_action(payload: dict) -> SlackReply:
     """Decide what a verified ``block_actions`` ``payload`` asks, as the linked callgate
     user. Nothing is decided, and the clicker alone is told why, for: a Slack user not
-    linked to a callgate user; an item of a project the user is not a member of (told as
+    linked to a callgate user (the reply carries a one-time link to link it); an item of a project the user is not a member of (told as
     "not found"); a member below operator; an item claimed by someone else, decided
     already ("already decided by X") or closed; a decision the item's state forbids.
     Raises ``SlackPayloadError`` for a payload without the fields needed."""
@@ -240,11 +248,19 @@ def slack_action(payload: dict) -> SlackReply:
         .filter(team_id=team, slack_user_id=slack_user)
         .first()
     )
-    if identity is None or not identity.user.is_active:
+    if identity is None:
+        link = notifications.slack_link_create(team_id=team, slack_user_id=slack_user)
+        minutes = notifications.SLACK_LINK_MAX_AGE // 60
         return _ephemeral(
             response_url,
             "Your Slack account is not linked to a callgate user, so nothing was decided. "
-            f"Link it on callgate's Notifications page: {notifications.settings_url(item_pk)}",
+            f"<{link}|Link it to your callgate account>: open the link while logged in to "
+            f"callgate and confirm (it works once, for {minutes} minutes), then click again.",
+        )
+    if not identity.user.is_active:
+        return _ephemeral(
+            response_url,
+            "Your Slack account is linked to a deactivated callgate user: nothing was decided.",
         )
     user: AbstractBaseUser = identity.user
     item, why = notifications.item_for_decider(user=user, item_pk=item_pk)

@@ -222,6 +222,31 @@ class AlertRuleTests(BaseTestCase):
         )
         assert json.loads(body)["type"] == "alert" and json.loads(body)["event"] == "firing"
 
+    def test_an_internal_webhook_url_is_refused_beside_the_field(self):
+        self.client.force_login(self.maria)
+        for url in (
+            "http://127.0.0.1/x",
+            "http://169.254.169.254/latest/meta-data",
+            "http://[::1]/",
+        ):
+            response = self.client.post(
+                "/p/acme/alerts/save/",
+                {
+                    "name": "Internal",
+                    "metric": "escalation_rate",
+                    "window_minutes": 10,
+                    "threshold": "0.5",
+                    "min_calls": 1,
+                    "enabled": "on",
+                    "webhook_format": "slack",
+                    "webhook_url": url,
+                },
+            )
+            body = response.content.decode()
+            assert response.status_code == 422, url
+            assert "may not post to this address" in body and 'name="webhook_url"' in body
+        assert not AlertRule.objects.filter(name="Internal").exists()
+
     def test_managers_edit_rules_on_the_page_and_operators_read(self):
         self.client.force_login(self.maria)
         response = self.client.post(

@@ -23,6 +23,7 @@ from standardwebhooks.webhooks import Webhook
 from alerts.models import AlertDelivery, AlertEvent, AlertRule
 from alerts.services import DeliveryError, alert_deliver
 from callgate import outbound
+from callgate.admin import AgentAdminForm
 from callgate.models import ToolContract
 from callgate.reconcile import ABSENT, UNKNOWN, reconcile_lookup
 from reviews import webhooks
@@ -107,6 +108,26 @@ class AddressRuleTests(SimpleTestCase):
                 with pytest.raises(outbound.OutboundRefused, match="non-public address"):
                     client.post(url)
         assert reached == []
+
+    def test_embedded_ipv4_of_every_prefix_and_reserved_ranges_are_refused(self):
+        """IPv4-compatible, IPv4-translated and local-use NAT64 (RFC 8215) addresses are
+        judged by the IPv4 address they carry; site-local and 192.0.0.0/24 never pass."""
+        for address in (
+            "::7f00:1",  # IPv4-compatible 127.0.0.1
+            "::a00:1",  # IPv4-compatible 10.0.0.1
+            "::ffff:0:7f00:1",  # IPv4-translated 127.0.0.1
+            "::ffff:0:a9fe:a9fe",  # IPv4-translated 169.254.169.254
+            "64:ff9b:1::7f00:1",  # local-use NAT64 of 127.0.0.1
+            "64:ff9b:1:ffff::c0a8:1",  # local-use NAT64 of 192.168.0.1
+            "fec0::1",  # site-local
+            "feff::1",
+            "192.0.0.8",
+            "192.0.0.9",
+        ):
+            why = outbound.address_refusal(ipaddress.ip_address(address))
+            assert why is not None and "non-public address" in why, address
+        for url in ("http://[::7f00:1]/x", "http://[fec0::1]/x", "http://192.0.0.8/x"):
+            assert outbound.url_refusal(url), url
 
     def test_public_addresses_pass_and_are_connected_to_as_checked(self):
         for address in ("93.184.215.14", "2606:4700:4700::1111", "2002:5db8:d70e::1"):
@@ -275,6 +296,24 @@ class DecisionWebhookGuardTests(SimpleTestCase):
         assert response.status_code == 200
         [request] = server.requests
         assert Webhook(b"s3cret").verify(request["body"], request["headers"]) == self.payload
+
+
+class AgentWebhookSettingTests(BaseTestCase):
+    def test_the_admin_refuses_an_internal_agent_webhook_beside_the_field(self):
+        data = {
+            "project": self.project.pk,
+            "name": "billing-bot",
+            "description": "",
+            "webhook_secret": "s",
+            "created_at_0": "2026-12-06",
+            "created_at_1": "00:00:00",
+        }
+        for url in ("http://127.0.0.1/x", "http://169.254.169.254/", "http://[::7f00:1]/"):
+            form = AgentAdminForm(data={**data, "webhook_url": url})
+            assert not form.is_valid()
+            assert "may not post to this address" in form.errors["webhook_url"][0], url
+        form = AgentAdminForm(data={**data, "webhook_url": "https://93.184.215.14/hook"})
+        assert "webhook_url" not in form.errors
 
 
 class ReconcileGuardTests(SimpleTestCase):

@@ -18,7 +18,7 @@ from django.core import signing
 from django.test import override_settings
 
 from callgate.models import Membership, ToolCall
-from reviews import services, tasks
+from reviews import notifications, services, tasks
 from reviews.models import (
     DecisionLink,
     EmailSubscription,
@@ -27,7 +27,7 @@ from reviews.models import (
     ReviewItem,
 )
 from tests.factories import BaseTestCase
-from tests.reviews.fixtures import make_item
+from tests.reviews.fixtures import make_contract, make_item
 
 BASE = "https://callgate.acme.test"
 LINK = re.compile(re.escape(BASE) + r"(/\S+/)")
@@ -224,3 +224,45 @@ class EmailLinkTests(BaseTestCase):
         self.assertContains(response, "bob already decided this item", status_code=409)
         item.refresh_from_db()
         self.assertEqual(item.resolution, "approve")
+
+    def test_cut_arguments_get_no_approve_link_and_the_page_shows_them_whole(self):
+        arguments = {
+            "memo": "Routine refund for order 1234, customer confirmed by phone. " * 5,
+            "amount": 99999,
+            "to_account": "EVIL-ACCT-1",
+        }
+        item = self.open_item(kind=ReviewItem.Kind.APPROVAL, arguments=arguments)
+        body = self.mail_to("alice@acme.test")
+        self.assertNotIn("EVIL-ACCT-1", body)  # the summary is cut before it …
+        self.assertIn(notifications.ARGUMENTS_CUT, body)  # … says so, and offers no approve
+        self.assertEqual(set(self.links(body)), {"Reject"})
+        page = self.client.get(self.links(body)["Reject"])
+        self.assertContains(page, "&quot;to_account&quot;: &quot;EVIL-ACCT-1&quot;")
+        self.assertContains(page, "&quot;amount&quot;: 99999")
+        # an approve link made before (or by hand) shows everything and still approves nothing
+        approve = notifications.decision_link_create(
+            item=item, user=self.alice, decision="approve"
+        ).removeprefix(BASE)
+        self.assertContains(self.client.get(approve), "EVIL-ACCT-1")
+        refused = self.client.post(approve)
+        self.assertContains(refused, "could not show every argument", status_code=422)
+        item.refresh_from_db()
+        self.assertTrue(item.is_open)
+
+    def test_a_retry_the_observation_rules_out_gets_no_link_and_is_refused(self):
+        contract = make_contract(self.project, "lookup", effect="read")
+        observation = "Card declined. Do not retry this call."
+        item = make_item(
+            self.project, self.agent, tool="lookup", contract=contract, reason="retry_exhausted"
+        )
+        ToolCall.objects.filter(pk=item.call_id).update(observation=observation)
+        item.refresh_from_db()
+        notifications.email_notify(item=item)
+        self.assertEqual(set(self.links(self.mail_to("alice@acme.test"))), {"Reject"})
+        retry = notifications.decision_link_create(
+            item=item, user=self.alice, decision="approve_retry"
+        ).removeprefix(BASE)
+        refused = self.client.post(retry)
+        self.assertContains(refused, "says not to retry", status_code=422)
+        item.refresh_from_db()
+        self.assertTrue(item.is_open)

@@ -9,19 +9,35 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
+from unittest import mock
 from urllib.parse import urlencode
 
 import httpx
+from django.core import signing
 from django.test import override_settings
 
 from callgate.models import Membership, ToolCall
-from reviews import services, slack, tasks
-from reviews.models import ProjectNotifications, ReviewAudit, ReviewItem, SlackIdentity
+from reviews import notifications, services, slack, tasks
+from reviews.models import (
+    ProjectNotifications,
+    ReviewAudit,
+    ReviewItem,
+    SlackIdentity,
+    SlackLinkRequest,
+)
 from tests.factories import WEATHER, BaseTestCase
-from tests.reviews.fixtures import make_item
+from tests.reviews.fixtures import make_contract, make_item
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+#: A long first argument that a 300-character summary cuts before the ones that matter.
+LONG_ARGUMENTS = {
+    "memo": "Routine refund for order 1234, customer confirmed by phone. " * 5,
+    "amount": 99999,
+    "to_account": "EVIL-ACCT-1",
+}
+NO_RETRY_OBSERVATION = "Card declined. Do not retry this call."
 WEBHOOK = "https://hooks.slack.com/services/T0ACME/B0REVIEW/abcdefghijklmnop"
 RESPONSE_URL = "https://hooks.slack.com/actions/T0ACME/123/xyz"
 BASE = "https://callgate.acme.test"
@@ -176,6 +192,32 @@ class SlackMessageTests(SlackTestCase):
         self.open_item()
         self.assertEqual(len(self.posted), 2)  # the 503, then Celery's retry
 
+    def test_cut_arguments_offer_no_approve_only_reject_and_open(self):
+        item = self.open_item(kind=ReviewItem.Kind.APPROVAL, arguments=LONG_ARGUMENTS)
+        message = self.message_of(item)
+        text = json.dumps(message, ensure_ascii=False)
+        self.assertNotIn("EVIL-ACCT-1", text)  # the summary is cut before it …
+        self.assertIn(notifications.ARGUMENTS_CUT, text)  # … and says so
+        [actions] = [b for b in message["blocks"] if b["type"] == "actions"]
+        ids = [e["action_id"] for e in actions["elements"]]
+        self.assertEqual(ids, [slack.ACTION_REJECT, "callgate.open"])
+
+    def no_retry_item(self, observation: str) -> ReviewItem:
+        contract = make_contract(self.project, "lookup", effect="read")
+        item = make_item(
+            self.project, self.agent, tool="lookup", contract=contract, reason="retry_exhausted"
+        )
+        ToolCall.objects.filter(pk=item.call_id).update(observation=observation)
+        item.refresh_from_db()
+        return item
+
+    def test_a_retry_the_observation_rules_out_is_not_offered(self):
+        offered = self.no_retry_item("Timed out after 3 attempts.")
+        self.assertEqual(notifications.offered_decisions(offered), ["approve_retry", "reject"])
+        refused = self.no_retry_item(NO_RETRY_OBSERVATION)
+        self.assertEqual(notifications.offered_decisions(refused), ["reject"])
+        self.assertNotIn(slack.ACTION_APPROVE, json.dumps(slack.slack_message(refused)))
+
 
 class SlackActionTests(SlackTestCase):
     def test_a_signed_click_approves_as_the_linked_user(self):
@@ -240,6 +282,44 @@ class SlackActionTests(SlackTestCase):
         self.assertEqual(response.status_code, 400)
         self.assertIn("actions[0].value", response.json()["detail"])
 
+    def test_a_payload_nested_too_deep_for_json_is_400_naming_payload(self):
+        for raw in ("[" * 50000 + "]" * 50000, '{"a":' * 5000 + "1" + "}" * 5000):
+            body = urlencode({"payload": raw})
+            timestamp = str(int(time.time()))
+            signature = hmac.new(
+                SECRET.encode(), f"v0:{timestamp}:{body}".encode(), hashlib.sha256
+            ).hexdigest()
+            response = self.client.post(
+                "/integrations/slack/actions",
+                data=body,
+                content_type="application/x-www-form-urlencoded",
+                headers={
+                    "X-Slack-Request-Timestamp": timestamp,
+                    "X-Slack-Signature": f"v0={signature}",
+                },
+            )
+            self.assertEqual(response.status_code, 400)
+            self.assertEqual(response.json()["error"], "payload")
+
+    def forged_click(self, value: str) -> dict:
+        """A click on a button the message did not offer (an old message, a crafted value)."""
+        return self.payload(
+            {"action_id": slack.ACTION_APPROVE, "block_id": "b", "type": "button", "value": value}
+        )
+
+    def test_an_approve_of_cut_arguments_is_refused_if_clicked_anyway(self):
+        item = self.open_item(kind=ReviewItem.Kind.APPROVAL, arguments=LONG_ARGUMENTS)
+        self.click(self.forged_click(f"approve:{item.pk}"))
+        self.assert_ephemeral_and_open(item, "could not show every argument")
+
+    def test_a_retry_the_observation_rules_out_is_refused_if_clicked_anyway(self):
+        contract = make_contract(self.project, "lookup", effect="read")
+        item = self.open_item(tool="lookup", contract=contract, reason="retry_exhausted")
+        ToolCall.objects.filter(pk=item.call_id).update(observation=NO_RETRY_OBSERVATION)
+        self.click(self.forged_click(f"approve_retry:{item.pk}"))
+        self.assert_ephemeral_and_open(item, "says not to retry")
+        self.assertFalse(ReviewAudit.objects.filter(item=item, action="approve_retry").exists())
+
     def assert_ephemeral_and_open(self, item: ReviewItem, words: str) -> None:
         [reply] = self.responses()
         self.assertEqual(reply["response_type"], "ephemeral")
@@ -253,7 +333,7 @@ class SlackActionTests(SlackTestCase):
         action = self.action_of(self.message_of(item), slack.ACTION_APPROVE)
         self.click(self.payload(action, user="U0STRANGER"))
         self.assert_ephemeral_and_open(item, "not linked")
-        self.assertIn(f"{BASE}/p/acme/review/notifications/", self.responses()[0]["text"])
+        self.assertIn(f"<{BASE}/integrations/slack/link/", self.responses()[0]["text"])
 
     def test_the_same_member_id_in_another_workspace_is_not_linked(self):
         item = self.open_item(kind=ReviewItem.Kind.APPROVAL)
@@ -312,28 +392,22 @@ class NotificationSettingsTests(SlackTestCase):
     def url(self) -> str:
         return "/p/acme/review/notifications/"
 
-    def test_a_user_links_their_slack_account(self):
+    def test_the_page_shows_the_linked_member_unlinks_and_takes_no_typed_id(self):
+        self.client.force_login(self.alice)
+        page = self.client.get(self.url())
+        self.assertContains(page, "U0ALICE")
+        self.assertContains(page, "How to link")
+        self.assertNotContains(page, 'name="slack_user_id"')
+        # the typed-ID form is gone: posting one links nothing
         self.client.force_login(self.bob)
         response = self.client.post(
             self.url(), {"form": "slack", "team_id": "T0ACME", "slack_user_id": "U0BOB"}
         )
-        self.assertEqual(response.status_code, 302)
-        self.assertTrue(SlackIdentity.objects.filter(user=self.bob, slack_user_id="U0BOB").exists())
-        page = self.client.get(self.url())
-        self.assertContains(page, "U0BOB")
-
-    def test_a_malformed_or_taken_slack_id_is_422_beside_its_field(self):
-        self.client.force_login(self.bob)
-        response = self.client.post(
-            self.url(), {"form": "slack", "team_id": "acme", "slack_user_id": "U0BOB"}
-        )
-        self.assertEqual(response.status_code, 422)
-        self.assertContains(response, "A Slack workspace ID", status_code=422)
-        response = self.client.post(
-            self.url(), {"form": "slack", "team_id": "T0ACME", "slack_user_id": "U0ALICE"}
-        )
-        self.assertContains(response, "linked to another user", status_code=422)
+        self.assertEqual(response.status_code, 400)
         self.assertFalse(SlackIdentity.objects.filter(user=self.bob).exists())
+        self.client.force_login(self.alice)
+        self.assertEqual(self.client.post(self.url(), {"form": "slack_remove"}).status_code, 302)
+        self.assertFalse(SlackIdentity.objects.filter(user=self.alice).exists())
 
     def test_a_manager_sets_the_projects_webhook_and_a_refused_address_is_422(self):
         self.client.force_login(self.maria)
@@ -373,3 +447,77 @@ class NotificationSettingsTests(SlackTestCase):
         services.review_item_decide(item=item, user=self.alice, decision="approve")
         audit = ReviewAudit.objects.get(item=item, action=ReviewAudit.Action.APPROVE)
         self.assertEqual(audit.detail, {})
+
+
+class SlackLinkTests(SlackTestCase):
+    """Linking by proof: only a Slack-signed click of the member earns the link."""
+
+    def link_of_click(self, user: str, team: str = "T0ACME") -> str:
+        """The path of the link an unlinked member's click is answered with."""
+        item = self.open_item(kind=ReviewItem.Kind.APPROVAL)
+        action = self.action_of(self.message_of(item), slack.ACTION_APPROVE)
+        self.posted.clear()
+        self.click(self.payload(action, user=user, team=team))
+        [reply] = self.responses()
+        self.posted.clear()
+        [url] = re.findall(r"<(\S+?)\|", reply["text"])
+        self.assertTrue(url.startswith(f"{BASE}/integrations/slack/link/"))
+        return url.removeprefix(BASE)
+
+    def test_a_signed_click_earns_a_link_that_links_the_member_to_who_confirms(self):
+        link = self.link_of_click("U0BOB")
+        item = ReviewItem.objects.get()
+        self.assertTrue(item.is_open)  # the click decided nothing
+        self.assertEqual(self.client.get(link).status_code, 302)  # the login page first
+        self.client.force_login(self.bob)
+        page = self.client.get(link)
+        self.assertContains(page, "U0BOB")
+        self.assertContains(page, "Link to bob")
+        self.assertFalse(SlackIdentity.objects.filter(user=self.bob).exists())  # GET links nothing
+        done = self.client.post(link)
+        self.assertContains(done, "is linked to bob")
+        identity = SlackIdentity.objects.get(user=self.bob)
+        self.assertEqual((identity.team_id, identity.slack_user_id), ("T0ACME", "U0BOB"))
+        self.assertContains(self.client.post(link), "a link links once", status_code=410)
+        # the member's next click decides as bob
+        action = self.action_of(slack.slack_message(item), slack.ACTION_APPROVE)
+        self.click(self.payload(action, user="U0BOB"))
+        item.refresh_from_db()
+        self.assertEqual((item.resolution, item.resolved_by), ("approve", self.bob))
+
+    def test_a_member_linked_to_another_user_is_refused_and_nothing_changes(self):
+        link = self.link_of_click("U0BOB")
+        SlackIdentity.objects.create(user=self.victor, team_id="T0ACME", slack_user_id="U0BOB")
+        self.client.force_login(self.bob)
+        page = self.client.get(link)
+        self.assertContains(page, "linked to another callgate user", status_code=409)
+        self.assertNotContains(page, "Link to bob", status_code=409)
+        response = self.client.post(link)
+        self.assertContains(response, "linked to another callgate user", status_code=409)
+        self.assertEqual(SlackIdentity.objects.get(slack_user_id="U0BOB").user, self.victor)
+        self.assertFalse(SlackIdentity.objects.filter(user=self.bob).exists())
+
+    def test_a_tampered_expired_or_foreign_token_links_nothing(self):
+        link = self.link_of_click("U0BOB")
+        self.client.force_login(self.bob)
+        token = link.rstrip("/").rsplit("/", 1)[1]
+        tampered = link.replace(token, token[:-2] + ("AA" if token[-2:] != "AA" else "BB"))
+        self.assertContains(self.client.post(tampered), "not valid", status_code=400)
+        # an email decision link's token (another salt) is no Slack link
+        nonce = SlackLinkRequest.objects.get().nonce
+        forged = signing.dumps({"n": nonce}, salt=notifications.EMAIL_LINK_SALT, compress=True)
+        self.assertEqual(self.client.post(f"/integrations/slack/link/{forged}/").status_code, 400)
+        later = time.time() + notifications.SLACK_LINK_MAX_AGE + 60
+        with mock.patch("django.core.signing.time.time", return_value=later):
+            self.assertContains(self.client.post(link), "expired", status_code=410)
+        self.assertFalse(SlackIdentity.objects.filter(user=self.bob).exists())
+
+    def test_linking_replaces_the_users_previous_member(self):
+        link = self.link_of_click("U0ALICE2")
+        self.client.force_login(self.alice)
+        self.assertContains(self.client.get(link), "This replaces your link")
+        self.client.post(link)
+        self.assertEqual(
+            list(SlackIdentity.objects.filter(user=self.alice).values_list("slack_user_id")),
+            [("U0ALICE2",)],
+        )
