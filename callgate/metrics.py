@@ -42,7 +42,18 @@ from datetime import UTC, datetime, timedelta
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from callgate.lifecycle import State
 from callgate.taxonomy import TABLE, Category, Reason, Route
+
+#: States in which a call still waits for something (not finished): "still open" of the
+#: unknown outcomes (``unknown_settled_q``) and of the rollups' ``unknown_open``.
+OPEN_STATES = (
+    State.PENDING_APPROVAL,
+    State.ALLOWED,
+    State.RETRY_WAIT,
+    State.RECONCILING,
+    State.IN_REVIEW,
+)
 
 #: Categories that mean "nothing went wrong".
 GOOD_CATEGORIES: tuple[str, ...] = (Category.OK.value, Category.EMPTY_RESULT.value)
@@ -310,8 +321,6 @@ def unknown_settled_q(value: str) -> Q:
     ``unknown_open``): ``unknown_by_human`` (a decision recorded), ``unknown_open`` (no
     decision, still waiting) or ``unknown_by_reconciliation`` (no decision, finished).
     Raises ``ValueError`` for another value."""
-    from callgate.reports.rollups import OPEN_STATES
-
     undecided = Q(decided_at__isnull=True)
     sets = {
         "unknown_by_human": Q(decided_at__isnull=False),

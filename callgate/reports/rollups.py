@@ -62,7 +62,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from callgate.metrics import hour_floor
+from callgate.metrics import OPEN_STATES, hour_floor
 from callgate.models import (
     ROLLUP_MEASURES,
     CallEvent,
@@ -357,14 +357,6 @@ def rollup_rows(
 
 #: Calls whose outcome is unknown now, or was once (see ``CallRollup``).
 _UNKNOWN_NOW = Q(category__in=[Category.UNKNOWN_OUTCOME, Category.RECONCILIATION])
-#: States in which a call still waits for something (not finished).
-OPEN_STATES = (
-    ToolCall.State.PENDING_APPROVAL,
-    ToolCall.State.ALLOWED,
-    ToolCall.State.RETRY_WAIT,
-    ToolCall.State.RECONCILING,
-    ToolCall.State.IN_REVIEW,
-)
 
 
 def rollup_cells(calls: QuerySet[ToolCall]) -> QuerySet:

@@ -20,8 +20,7 @@ from mcp_gateway import services as gateway_services
 from reviews.models import ReviewItem
 from tests.browser_support import BrowserTestCase, artifact_path
 from tests.factories import make_contracts, seed_calls
-from tests.reviews.fixtures import make_contract, make_item
-from tests.reviews.test_review_browser import target_without_the_operation
+from tests.reviews.fixtures import make_contract, make_item, target_without_the_operation
 
 PHONE = {"width": 390, "height": 844}
 #: WCAG 2.5.5 (target size, enhanced) and Apple's HIG: 44 × 44 CSS px.

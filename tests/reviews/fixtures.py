@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from datetime import timedelta
 
+import httpx
 from django.urls import reverse
 from django.utils import timezone
 
@@ -198,3 +200,13 @@ def make_refund_approval(project, agent) -> ReviewItem:
     contract.volatile_arguments = ["/nonce"]
     contract.save(update_fields=["parameters", "volatile_arguments"])
     return make_item(project, agent, kind=ReviewItem.Kind.APPROVAL, arguments=REFUND_PROPOSED)
+
+
+def target_without_the_operation() -> httpx.Client:
+    """The target system of the reconcile look-up: it has no record (404), a little slowly."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        time.sleep(0.3)
+        return httpx.Response(404, json={"error": "not found"})
+
+    return httpx.Client(transport=httpx.MockTransport(handler), follow_redirects=False)

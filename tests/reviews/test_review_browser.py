@@ -7,24 +7,18 @@ import time
 from datetime import timedelta
 from unittest import mock
 
-import httpx
 from django.utils import timezone
 
 from callgate.models import CallEvent, ToolCall
 from reviews import services
 from reviews.models import ReviewItem
 from tests.browser_support import BrowserTestCase
-from tests.reviews.fixtures import add_reconciled, make_contract, make_item
-
-
-def target_without_the_operation() -> httpx.Client:
-    """The target system of the reconcile look-up: it has no record (404), a little slowly."""
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        time.sleep(0.3)
-        return httpx.Response(404, json={"error": "not found"})
-
-    return httpx.Client(transport=httpx.MockTransport(handler), follow_redirects=False)
+from tests.reviews.fixtures import (
+    add_reconciled,
+    make_contract,
+    make_item,
+    target_without_the_operation,
+)
 
 
 class ReviewBrowserTests(BrowserTestCase):
