@@ -871,6 +871,7 @@ def _same_request_locked(project: Project, event: Any, *, own: bool = True) -> l
     the planner's statistics say of the backlog. Elsewhere: the request's operation IDs
     first, then one query."""
     operations = [event.operation_id] if event.operation_id else []
+    prefix = f"{project.pk}:"  # the keys' form (InboxEvent.request_key, operation_key)
     if connection.vendor == "postgresql":
         table, calls = InboxEvent._meta.db_table, ToolCall._meta.db_table
         pending = f"SELECT id FROM {table} WHERE status = 'pending' AND "
@@ -878,7 +879,6 @@ def _same_request_locked(project: Project, event: Any, *, own: bool = True) -> l
         if own:
             branches.append(f"SELECT id FROM {table} WHERE project_id = %s AND event_id = %s")
             params += [project.pk, event.event_id]
-        prefix = f"{project.pk}:"
         keys = [prefix + operation for operation in operations]
         if event.request_id:
             branches.append(pending + "request_key = %s")
@@ -903,17 +903,18 @@ def _same_request_locked(project: Project, event: Any, *, own: bool = True) -> l
                 params,
             )
             return models_from_rows(InboxEvent, cursor.fetchall())
+    # by the generated keys, not the body's JSON: SQLite's JSON1 reads an ``__in`` list of a
+    # key's text as JSON ("malformed JSON")
     same = Q(event_id=event.event_id) if own else Q(pk__in=[])
     if event.request_id:
-        same |= Q(request=event.request_id)
+        same |= Q(request_key=prefix + event.request_id)
         operations += ToolCall.objects.filter(
             project=project, request_id=event.request_id
         ).values_list("operation_id", flat=True)
     if operations:
-        same |= Q(operation__in=sorted(set(operations)))
+        same |= Q(operation_key__in=sorted({prefix + operation for operation in operations}))
     return list(
-        InboxEvent.objects.alias(request=KT("body__request_id"), operation=KT("body__operation_id"))
-        .filter(same, project=project, status=InboxEvent.Status.PENDING)
+        InboxEvent.objects.filter(same, project=project, status=InboxEvent.Status.PENDING)
         .order_by("id")
         .select_for_update()
     )

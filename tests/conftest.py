@@ -7,10 +7,21 @@ import pytest
 
 
 def pytest_configure(config):
+    import os
+    import tempfile
+
     from django.conf import settings
 
     # before any setUpTestData creates users: the default hasher costs ~0.3 s a user
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        # a file, one per test process, not Django's shared-cache in-memory database: there
+        # a second thread (a live server, a LangGraph ToolNode's pool) met table locks
+        # ("database table is locked") where the file's WAL and busy timeout let it wait
+        database.setdefault("TEST", {})["NAME"] = os.path.join(
+            tempfile.gettempdir(), f"callgate-test-{os.getpid()}.sqlite3"
+        )
     # the outbound guard admits nothing beyond public addresses (the demo's default admits
     # loopback); tests that reach a local server or a mocked host list it themselves
     settings.CALLGATE_OUTBOUND_ALLOW = []
