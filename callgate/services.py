@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -362,9 +363,13 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
     the ID callgate gives any operation its runtime did not name: derived from the request
     ID, the tool and the new canonical arguments (``wire.derive_operation_id``), or a fresh
     ``op_<uuid>`` without a request ID. The ID the agent proposed is kept in
-    ``proposed_operation_id``, so an agent still waiting under it finds the call
-    (``GET /api/v1/calls/{operation_id}``, the MCP gateway) and learns the new one from the
-    answer. An edit of volatile arguments only keeps the ID. The digest is of the new
+    ``proposed_operation_id`` (and the digest of its arguments in
+    ``proposed_arguments_digest``), so it keeps naming this call everywhere: an agent still
+    waiting under it finds the call (``GET /api/v1/calls/{operation_id}``, the MCP gateway)
+    and learns the new one from the answer, and its events and a repeat of its proposal
+    apply to this call (``callgate.ingest``), never to a new one. A new ID that names
+    another call (as its own or as the one it was proposed under) is refused. An edit of
+    volatile arguments only keeps the ID. The digest is of the new
     canonical arguments (with a kept ``•••`` as it stands: callgate never had the value).
     """
     contract = call.contract
@@ -417,16 +422,23 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
         )
     if (
         operation_id != call.operation_id
-        and ToolCall.objects.filter(project_id=call.project_id, operation_id=operation_id).exists()
+        and ToolCall.objects.filter(
+            Q(operation_id=operation_id) | Q(proposed_operation_id=operation_id),
+            project_id=call.project_id,
+        )
+        .exclude(pk=call.pk)
+        .exists()
     ):
         raise ArgumentsRefused([{"path": "$", "msg": TAKEN}])
     change = {
         "arguments": arguments_changes(call.arguments, new_arguments),
         "operation_id": {"from": call.operation_id, "to": operation_id},
     }
-    call.proposed_operation_id = call.proposed_operation_id or (
-        call.operation_id if operation_id != call.operation_id else ""
-    )
+    if operation_id == call.proposed_operation_id:  # edited back to what the agent proposed
+        call.proposed_operation_id = call.proposed_arguments_digest = ""
+    elif operation_id != call.operation_id and not call.proposed_operation_id:
+        call.proposed_operation_id = call.operation_id
+        call.proposed_arguments_digest = call.arguments_digest
     call.operation_id = operation_id
     call.arguments = call.decision_arguments = new_arguments
     call.arguments_digest = hashlib.sha256(canonical).hexdigest()
@@ -437,6 +449,7 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
                 update_fields=[
                     "operation_id",
                     "proposed_operation_id",
+                    "proposed_arguments_digest",
                     "arguments",
                     "decision_arguments",
                     "arguments_digest",

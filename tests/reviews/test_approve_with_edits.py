@@ -23,7 +23,7 @@ from callgate_sdk import CallgateClient
 from callgate_sdk.wire import canonical_arguments, derive_operation_id, edited_arguments
 from reviews import services, webhooks
 from reviews.models import ReviewAudit, ReviewItem
-from tests.factories import BaseTestCase
+from tests.factories import BaseTestCase, make_event
 from tests.reviews.fixtures import REFUND, REFUND_PROPOSED, make_item, make_refund_approval
 
 PROPOSED = REFUND_PROPOSED
@@ -329,3 +329,123 @@ def test_edited_arguments_put_back_the_agents_own_redacted_values():
     }
     # a "•••" where the agent had nothing stays as typed
     assert edited_arguments({"x": "•••"}, {}) == {"x": "•••"}
+
+
+class ProposedOperationIdTests(BaseTestCase):
+    """After an edit renamed the call, the operation ID the agent proposed it under keeps
+    naming the edited call everywhere: a repeat of the original proposal (events API or
+    gate) is answered as that call with its decision, its events apply to it, and no second
+    call or approval item is ever made under the old ID."""
+
+    CONTRACT = {
+        "description": "Refund an order to the customer's card",
+        "effect": "write",
+        "requires_approval": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"order": {"type": "string"}, "amount": {"type": "integer"}},
+            "required": ["order", "amount"],
+        },
+    }
+    ORIGINAL = {"order": "O-1", "amount": 120}
+    EDITED = {"order": "O-1", "amount": 50}
+
+    def setUp(self):
+        self.api_client = self.api()
+        response = self.api_client.put("/api/v1/tools/refund", self.CONTRACT, format="json")
+        assert response.status_code in (200, 201), response.content
+        self.propose(self.ORIGINAL)
+        self.item = ReviewItem.objects.get(call__operation_id="op-A-1")
+        services.review_item_decide(
+            item=self.item, user=self.alice, decision="approve", arguments=self.EDITED
+        )
+        self.call = ToolCall.objects.get(pk=self.item.call_id)
+        assert self.call.proposed_operation_id == "op-A-1" != self.call.operation_id
+
+    def propose(self, arguments: dict) -> None:
+        event = make_event(
+            "proposed",
+            format="plain",
+            operation_id="op-A-1",
+            request_id="req-1",
+            call={"tool": "refund", "arguments": arguments},
+        )
+        response = self.api_client.post("/api/v1/events", [event], format="json")
+        assert response.status_code in (200, 202), response.content
+
+    def answer(self, operation_id: str = "op-A-1") -> dict:
+        response = self.api_client.get(f"/api/v1/calls/{operation_id}")
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    def assert_one_call_and_no_open_item(self) -> None:
+        assert list(ToolCall.objects.filter(project=self.project).values_list("pk", flat=True)) == [
+            self.call.pk
+        ]
+        assert not ReviewItem.objects.filter(
+            project=self.project, status__in=ReviewItem.OPEN_STATUSES
+        ).exists()
+
+    def test_the_original_proposal_sent_again_is_the_edited_call_with_its_decision(self):
+        self.propose(self.ORIGINAL)
+        self.assert_one_call_and_no_open_item()
+        body = self.answer()
+        assert body["operation_id"] == self.call.operation_id
+        assert body["verdict"] == "allow" and body["reason"] == "approval_granted"
+        assert body["decision"]["arguments"] == self.EDITED
+        assert body["decision"]["proposed_operation_id"] == "op-A-1"
+        call = ToolCall.objects.get(pk=self.call.pk)
+        assert call.arguments == self.EDITED  # the repeat never restores what was edited
+
+    def test_the_gate_answers_the_original_proposal_as_the_edited_call(self):
+        gate = {
+            "format": "plain",
+            "call": {"tool": "refund", "arguments": self.ORIGINAL},
+            "operation_id": "op-A-1",
+            "request_id": "req-1",
+        }
+        response = self.api_client.post("/api/v1/calls", gate, format="json")
+        assert response.status_code == 200, response.content
+        body = response.json()
+        assert body["operation_id"] == self.call.operation_id and body["verdict"] == "allow"
+        assert body["decision"]["arguments"] == self.EDITED
+        self.assert_one_call_and_no_open_item()
+
+    def test_events_under_the_original_id_apply_to_the_edited_call(self):
+        attempt = make_event("attempt", operation_id="op-A-1", sent=True, outcome="success")
+        response = self.api_client.post("/api/v1/events", [attempt], format="json")
+        assert response.status_code in (200, 202), response.content
+        call = ToolCall.objects.get(pk=self.call.pk)
+        assert call.state == ToolCall.State.SUCCEEDED and call.attempts == 1
+        self.propose(self.ORIGINAL)  # after the success: the same call, never run twice
+        self.assert_one_call_and_no_open_item()
+        assert self.call.events.order_by("-pk").first().reason == "duplicate_suppressed"
+        assert ToolCall.objects.get(pk=self.call.pk).duplicates_suppressed == 1
+
+    def test_other_arguments_under_the_original_id_are_a_mismatch_of_the_edited_call(self):
+        self.propose({"order": "O-1", "amount": 70})
+        self.assert_one_call_and_no_open_item()
+        last = self.call.events.order_by("-pk").first()
+        assert last.reason == "idempotency_mismatch"
+        assert ToolCall.objects.get(pk=self.call.pk).arguments == self.EDITED
+
+    def test_an_edit_may_not_take_an_id_another_call_was_proposed_under(self):
+        other = make_refund_approval(self.project, self.agent)
+        taken = derive_operation_id(
+            request_id=other.call.request_id,
+            tool="issue_refund",
+            arguments={**PROPOSED, "amount": 80},
+            volatile_arguments=["/nonce"],
+        )
+        ToolCall.objects.filter(pk=self.call.pk).update(proposed_operation_id=taken)
+        try:
+            services.review_item_decide(
+                item=other,
+                user=self.alice,
+                decision="approve",
+                arguments={**PROPOSED, "amount": 80},
+            )
+            raise AssertionError("took an operation ID that names another call")
+        except services.ReviewArgumentsRefused as exc:
+            assert exc.problems[0]["path"] == "$"
+        assert ToolCall.objects.get(pk=other.call_id).operation_id != taken
