@@ -45,11 +45,13 @@ from callgate.schemas import (
 )
 from callgate.taxonomy import Reason, Route, category_of
 from callgate_sdk.wire import (
+    HIDDEN_MOVED,
     MAX_JSON_DEPTH,
     REDACTED,
     arguments_digest,
     canonical_arguments,
     derive_operation_id,
+    hidden_moves,
     json_depth,
     redact,
 )
@@ -350,8 +352,11 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
     - ``arguments`` is a JSON object, at most ``MAX_JSON_DEPTH`` deep.
     - Sensitive values (the contract's ``sensitive_fields`` and obvious secrets) are never
       stored, so they cannot be edited: a value shown as ``•••`` left as is keeps the
-      agent's value (the agent puts its own back: ``callgate_sdk`` does), any other value
-      at a sensitive path is refused.
+      agent's value (the agent puts its own back by its place: ``callgate_sdk`` does), any
+      other value at a sensitive path is refused. A ``•••`` may not move: one typed where
+      nothing was hidden, or in an array that lost, gained or reordered entries
+      (``wire.hidden_moves``), is refused at that path (``wire.HIDDEN_MOVED``), so a hidden
+      value is never put back into another entry.
     - The arguments are validated against the contract's JSON Schema with the gate's
       validator (``classification.validate_arguments``); a kept ``•••`` stands for a value
       the gate already accepted, so problems at its path are not the edit's.
@@ -387,10 +392,12 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
     hidden = _leaves(redact(arguments, contract.sensitive_fields or ()))
     kept = set()
     for path, value in hidden.items():
-        if value != REDACTED or typed.get(path) == REDACTED and stored.get(path) != REDACTED:
-            continue  # not sensitive, or "•••" typed where nothing was hidden: a plain value
-        if typed.get(path) == REDACTED:
+        if value != REDACTED:
+            continue  # not sensitive
+        if typed.get(path) == REDACTED and stored.get(path) == REDACTED:
             kept.add(path)
+        elif typed.get(path) == REDACTED:  # where nothing was hidden: moved, or meaningless
+            problems.append({"path": path, "msg": HIDDEN_MOVED})
         else:
             problems.append(
                 {
@@ -399,6 +406,9 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
                     "here; leave •••, and the agent keeps its own value",
                 }
             )
+    problems += [
+        {"path": path, "msg": HIDDEN_MOVED} for path in hidden_moves(arguments, call.arguments)
+    ]
     problems += [
         {"path": p.path, "msg": p.message}
         for p in validate_arguments(arguments, contract.parameters)

@@ -19,12 +19,18 @@ from django.urls import reverse
 
 import reviews.tasks  # noqa: F401  (registers the delivery task the outbox sends by name)
 from callgate.models import Agent, ToolCall
-from callgate_sdk import CallgateClient
+from callgate_sdk import CallgateClient, wire
 from callgate_sdk.wire import canonical_arguments, derive_operation_id, edited_arguments
 from reviews import services, webhooks
 from reviews.models import ReviewAudit, ReviewItem
 from tests.factories import BaseTestCase, make_event
-from tests.reviews.fixtures import REFUND, REFUND_PROPOSED, make_item, make_refund_approval
+from tests.reviews.fixtures import (
+    REFUND,
+    REFUND_PROPOSED,
+    make_contract,
+    make_item,
+    make_refund_approval,
+)
 
 PROPOSED = REFUND_PROPOSED
 
@@ -449,3 +455,109 @@ class ProposedOperationIdTests(BaseTestCase):
         except services.ReviewArgumentsRefused as exc:
             assert exc.problems[0]["path"] == "$"
         assert ToolCall.objects.get(pk=other.call_id).operation_id != taken
+
+
+class HiddenValuesStayInPlaceTests(BaseTestCase):
+    """A redacted value ("•••") is put back by the agent at its place, so an edit may not
+    move one: an array holding one may not lose, gain or reorder entries, and a "•••" may
+    not appear where nothing was hidden. Refused with the path (422 on the page); the SDK
+    never puts a value back across changed positions."""
+
+    PROPOSED_REAL = {
+        "payments": [
+            {"to": "ann", "amount": 1, "card_number": "4111-ANN"},
+            {"to": "ben", "amount": 2, "card_number": "4222-BEN"},
+        ]
+    }
+    STORED = {
+        "payments": [
+            {"to": "ann", "amount": 1, "card_number": "•••"},
+            {"to": "ben", "amount": 2, "card_number": "•••"},
+        ]
+    }
+    ANN, BEN = STORED["payments"]
+
+    def setUp(self):
+        contract = make_contract(self.project, "pay_many", requires_approval=True)
+        contract.parameters = {
+            "type": "object",
+            "properties": {"payments": {"type": "array", "items": {"type": "object"}}},
+        }
+        contract.save(update_fields=["parameters"])
+        self.item = make_item(
+            self.project,
+            self.agent,
+            kind=ReviewItem.Kind.APPROVAL,
+            tool="pay_many",
+            contract=contract,
+            arguments=self.STORED,
+        )
+
+    def post(self, arguments: dict):
+        self.client.force_login(self.alice)
+        url = reverse("reviews:decide", args=[self.project.slug, self.item.pk])
+        return self.client.post(
+            url,
+            {"decision": "approve", "arguments": json.dumps(arguments)},
+            HTTP_HX_REQUEST="true",
+            HTTP_HX_TARGET="item",
+        )
+
+    def test_removing_adding_or_reordering_an_entry_with_a_hidden_value_is_refused(self):
+        for payments in (
+            [self.BEN],  # ann removed: ben's entry would get ann's card
+            [self.BEN, self.ANN],  # reordered
+            [self.ANN, self.BEN, {**self.BEN, "to": "cy"}],  # added
+        ):
+            response = self.post({"payments": payments})
+            assert response.status_code == 422, payments
+            text = response.content.decode()
+            assert "$.payments" in text and "a hidden value cannot be moved" in text
+        call = ToolCall.objects.get(pk=self.item.call_id)
+        assert call.arguments == self.STORED and call.decision_arguments is None
+        self.item.refresh_from_db()
+        assert self.item.is_open
+
+    def test_a_hidden_value_typed_where_nothing_was_hidden_is_refused(self):
+        try:
+            services.review_item_decide(
+                item=make_item(
+                    self.project,
+                    self.agent,
+                    kind=ReviewItem.Kind.APPROVAL,
+                    arguments={"ticket_id": "T-1"},
+                ),
+                user=self.alice,
+                decision="approve",
+                arguments={"ticket_id": "T-1", "card_number": "•••"},
+            )
+            raise AssertionError("accepted a hidden value where none was")
+        except services.ReviewArgumentsRefused as exc:
+            assert {"path": "$.card_number", "msg": wire.HIDDEN_MOVED} in exc.problems
+
+    def test_an_entry_edited_in_place_or_without_its_hidden_field_is_accepted(self):
+        edited = {
+            "payments": [{**self.ANN, "amount": 5}, {"to": "ben", "amount": 2}],
+        }
+        response = self.post(edited)
+        assert response.status_code == 200, response.content
+        call = ToolCall.objects.get(pk=self.item.call_id)
+        assert call.decision_arguments == edited
+        assert edited_arguments(call.decision_arguments, self.PROPOSED_REAL) == {
+            "payments": [
+                {"to": "ann", "amount": 5, "card_number": "4111-ANN"},
+                {"to": "ben", "amount": 2},
+            ]
+        }
+
+    def test_the_sdk_never_puts_a_hidden_value_back_across_changed_positions(self):
+        for payments in ([self.BEN], [self.BEN, self.ANN], [self.ANN, self.BEN, self.BEN]):
+            try:
+                edited_arguments({"payments": payments}, self.PROPOSED_REAL)
+                raise AssertionError(f"restored {payments!r}")
+            except wire.HiddenValueMoved as exc:
+                assert exc.paths == ["$.payments"]
+        nested = {"a": {"rows": [{"k": 1, "token": "•••"}, {"k": 2}]}}
+        assert wire.hidden_moves(nested, {"a": {"rows": [{"k": 2}, {"k": 1, "token": "t"}]}}) == [
+            "$.a.rows"
+        ]
