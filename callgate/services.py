@@ -6,6 +6,9 @@ Services take keyword-only arguments, validate, and keep their transactions shor
 from __future__ import annotations
 
 import hashlib
+import json
+import math
+import sys
 import uuid
 from urllib.parse import parse_qsl, urlencode
 
@@ -44,6 +47,7 @@ from callgate.schemas import (
     TurnEvent,
 )
 from callgate.taxonomy import Reason, Route, category_of
+from callgate_sdk.providers import finite_float, no_constants
 from callgate_sdk.wire import (
     HIDDEN_MOVED,
     MAX_JSON_DEPTH,
@@ -316,6 +320,56 @@ class ArgumentsRefused(ValueError):
         super().__init__("; ".join(f"{p['path']}: {p['msg']}" for p in problems))
 
 
+def arguments_parse(text: str):
+    """An operator's typed arguments ("approve with edits"), parsed as strict JSON (RFC 8259
+    §6: no NaN or Infinity), as the gate reads an agent's (``callgate_sdk.providers``): a
+    number beyond a double's range (``1e400``) or an integer of more digits than Python
+    reads (``sys.get_int_max_str_digits()``, 4,300) is refused too. Returns the value (any
+    JSON type: ``call_arguments_edit`` checks the rest). Raises ``ArgumentsRefused`` with
+    one problem at ``$`` (JSON syntax: its line and column)."""
+    try:
+        return json.loads(text, parse_constant=no_constants, parse_float=finite_float)
+    except json.JSONDecodeError as exc:
+        problem = f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+    except RecursionError:
+        problem = f"nested deeper than {MAX_JSON_DEPTH}"
+    except ValueError as exc:  # NaN, Infinity, 1e400, or too many digits
+        problem = (
+            f"an integer of more than {sys.get_int_max_str_digits():,} digits cannot be read"
+            if "integer string conversion" in str(exc)
+            else str(exc)
+        )
+    raise ArgumentsRefused([{"path": "$", "msg": problem}])
+
+
+def _unstorable(value, path: str = "$") -> list[dict]:
+    """Where ``value`` holds what JSON cannot say or PostgreSQL's jsonb cannot store: a NaN
+    or infinite number, a NUL (U+0000) or an unpaired surrogate in a string or a key."""
+
+    def bad_text(text: str) -> str | None:
+        if "\x00" in text:
+            return "must not contain a NUL character (U+0000)"
+        if any("\ud800" <= ch <= "\udfff" for ch in text):
+            return "must not contain an unpaired surrogate (not Unicode text)"
+        return None
+
+    if isinstance(value, dict):
+        found = []
+        for key, item in value.items():
+            here = f"{path}.{key}"
+            if isinstance(key, str) and (problem := bad_text(key)):
+                found.append({"path": here, "msg": f"the key {problem}"})
+            found += _unstorable(item, here)
+        return found
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _unstorable(item, f"{path}[{i}]")]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [{"path": path, "msg": "must be a finite number (JSON has no NaN or Infinity)"}]
+    if isinstance(value, str) and (problem := bad_text(value)):
+        return [{"path": path, "msg": problem}]
+    return []
+
+
 def _leaves(value, path: str = "$") -> dict[str, object]:
     """Every scalar (and empty container) of a JSON value by its JSON path."""
     if isinstance(value, dict) and value:
@@ -349,7 +403,8 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
     Rules, in order; every failure raises ``ArgumentsRefused`` naming each problem by JSON
     path, and nothing is written:
 
-    - ``arguments`` is a JSON object, at most ``MAX_JSON_DEPTH`` deep.
+    - ``arguments`` is a JSON object, at most ``MAX_JSON_DEPTH`` deep, that JSON can say
+      and PostgreSQL can store: no NaN or infinite number, no NUL or unpaired surrogate.
     - Sensitive values (the contract's ``sensitive_fields`` and obvious secrets) are never
       stored, so they cannot be edited: a value shown as ``•••`` left as is keeps the
       agent's value (the agent puts its own back by its place: ``callgate_sdk`` does), any
@@ -383,6 +438,8 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
         raise ArgumentsRefused([{"path": "$", "msg": "must be a JSON object"}])
     if json_depth(arguments) > MAX_JSON_DEPTH:
         raise ArgumentsRefused([{"path": "$", "msg": f"nested deeper than {MAX_JSON_DEPTH}"}])
+    if unstorable := _unstorable(arguments):
+        raise ArgumentsRefused(unstorable)
     if contract is None:
         raise ArgumentsRefused(
             [{"path": "$", "msg": "the call has no contract to check edited arguments against"}]

@@ -561,3 +561,56 @@ class HiddenValuesStayInPlaceTests(BaseTestCase):
         assert wire.hidden_moves(nested, {"a": {"rows": [{"k": 2}, {"k": 1, "token": "t"}]}}) == [
             "$.a.rows"
         ]
+
+
+class UnreadableArgumentsTests(EditsTestCase):
+    """Typed arguments that strict JSON cannot say or PostgreSQL cannot store answer 422
+    naming the problem, and nothing changes (they were a 500: a DataError, or Python's
+    integer digit limit)."""
+
+    BAD = (
+        ('{"ticket_id": "T-1", "amount": NaN}', "NaN is not JSON"),
+        ('{"ticket_id": "T-1", "amount": Infinity}', "Infinity is not JSON"),
+        ('{"ticket_id": "T-1", "amount": -Infinity}', "-Infinity is not JSON"),
+        ('{"ticket_id": "T-1", "amount": 1e400}', "too large"),
+        ('{"ticket_id": "T-1", "amount": ' + "9" * 5000 + "}", "4,300 digits"),
+        ('{"ticket_id": "T-1\\u0000", "amount": 5}', "NUL"),
+        ('{"ticket_id": "T-1\\ud800", "amount": 5}', "unpaired surrogate"),
+        ('{"ticket_id": "T-1", "amount": 5, "n\\u0000": 1}', "the key must not contain a NUL"),
+    )
+
+    def test_each_answers_422_naming_the_problem_and_changes_nothing(self):
+        self.client.force_login(self.alice)
+        url = reverse("reviews:decide", args=[self.project.slug, self.item.pk])
+        before = ToolCall.objects.get(pk=self.call.pk)
+        for text, problem in self.BAD:
+            response = self.client.post(
+                url,
+                {"decision": "approve", "arguments": text},
+                HTTP_HX_REQUEST="true",
+                HTTP_HX_TARGET="item",
+            )
+            assert response.status_code == 422, (text[:50], response.status_code)
+            assert problem in response.content.decode(), text[:50]
+            # without htmx: back to the page with the problem (a redirect, never a 500)
+            response = self.client.post(url, {"decision": "approve", "arguments": text})
+            assert response.status_code == 302, (text[:50], response.status_code)
+        after = ToolCall.objects.get(pk=self.call.pk)
+        assert (after.state, after.arguments, after.operation_id) == (
+            before.state,
+            before.arguments,
+            before.operation_id,
+        )
+        self.item.refresh_from_db()
+        assert self.item.is_open
+
+    def test_the_service_refuses_what_cannot_be_stored_from_any_caller(self):
+        for arguments, path in (
+            (self.edit(amount=float("nan")), "$.amount"),
+            (self.edit(ticket_id="T-1\x00"), "$.ticket_id"),
+        ):
+            try:
+                self.decide(arguments)
+                raise AssertionError(f"accepted {arguments!r}")
+            except services.ReviewArgumentsRefused as exc:
+                assert [p["path"] for p in exc.problems] == [path], exc.problems
