@@ -18,7 +18,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 import reviews.tasks  # noqa: F401  (registers the delivery task the outbox sends by name)
-from callgate.models import Agent, ToolCall
+from callgate.models import Agent, ToolCall, ToolContract
 from callgate_sdk import CallgateClient, wire
 from callgate_sdk.wire import canonical_arguments, derive_operation_id, edited_arguments
 from reviews import services, webhooks
@@ -614,3 +614,45 @@ class UnreadableArgumentsTests(EditsTestCase):
                 raise AssertionError(f"accepted {arguments!r}")
             except services.ReviewArgumentsRefused as exc:
                 assert [p["path"] for p in exc.problems] == [path], exc.problems
+
+
+class RetryEditedThenReproposedTests(BaseTestCase):
+    def test_a_retry_approved_with_edits_is_the_call_the_original_proposal_names(self):
+        api = self.api()
+        contract = {**ProposedOperationIdTests.CONTRACT, "requires_approval": False}
+        assert api.put("/api/v1/tools/refund", contract, format="json").status_code in (200, 201)
+        item = make_item(
+            self.project,
+            self.agent,
+            tool="refund",
+            contract=ToolContract.objects.get(project=self.project, name="refund"),
+            reason="reconciled_absent",
+            arguments=ProposedOperationIdTests.ORIGINAL,
+        )
+        original = item.call.operation_id
+        services.review_item_decide(
+            item=item,
+            user=self.alice,
+            decision="approve_retry",
+            arguments=ProposedOperationIdTests.EDITED,
+        )
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert call.proposed_operation_id == original != call.operation_id
+        ToolCall.objects.filter(pk=call.pk).update(
+            proposed_arguments_digest=hashlib.sha256(
+                canonical_arguments(ProposedOperationIdTests.ORIGINAL, [])
+            ).hexdigest()
+        )  # make_item stores no digest; the gate's is of the canonical arguments
+        event = make_event(
+            "proposed",
+            format="plain",
+            operation_id=original,
+            request_id=call.request_id,
+            call={"tool": "refund", "arguments": ProposedOperationIdTests.ORIGINAL},
+        )
+        assert api.post("/api/v1/events", [event], format="json").status_code in (200, 202)
+        assert ToolCall.objects.filter(project=self.project).count() == 1
+        body = api.get(f"/api/v1/calls/{original}").json()
+        assert body["operation_id"] == call.operation_id
+        assert body["decision"]["arguments"] == ProposedOperationIdTests.EDITED
+        assert ToolCall.objects.get(pk=call.pk).arguments == ProposedOperationIdTests.EDITED
