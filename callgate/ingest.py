@@ -780,7 +780,7 @@ class _Batch:
         # a proposal under the ID an operator's edit renamed: the proposal the operator
         # edited is this call as edited (never its pre-edit arguments again)
         renamed = call is not None and call.operation_id != prepared.operation_id
-        if renamed and digest and digest == call.proposed_arguments_digest:
+        if call is not None and renamed and digest == call.proposed_arguments_digest != "":
             digest = call.arguments_digest
         state_before = call.state if call else None
         lifecycle.check(state_before, "proposed")
