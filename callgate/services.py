@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 import uuid
 from urllib.parse import parse_qsl, urlencode
 
@@ -47,7 +46,7 @@ from callgate.schemas import (
     TurnEvent,
 )
 from callgate.taxonomy import Reason, Route, category_of
-from callgate_sdk.providers import finite_float, no_constants
+from callgate_sdk.providers import finite_float, no_constants, number_problem
 from callgate_sdk.wire import (
     HIDDEN_MOVED,
     MAX_JSON_DEPTH,
@@ -334,11 +333,7 @@ def arguments_parse(text: str):
     except RecursionError:
         problem = f"nested deeper than {MAX_JSON_DEPTH}"
     except ValueError as exc:  # NaN, Infinity, 1e400, or too many digits
-        problem = (
-            f"an integer of more than {sys.get_int_max_str_digits():,} digits cannot be read"
-            if "integer string conversion" in str(exc)
-            else str(exc)
-        )
+        problem = number_problem(exc)
     raise ArgumentsRefused([{"path": "$", "msg": problem}])
 
 

@@ -760,6 +760,7 @@ class UnreadableArgumentsApiTests(BaseTestCase):
                 assert events.status_code in (400, 207), (raw[:12], events.status_code)
                 assert events.json().get("accepted", 0) == 0
                 assert gate.status_code == 400, (raw[:12], gate.status_code)
+                assert "sys." not in gate.json()["error"]  # words for the agent, not Python's
             else:
                 assert events.status_code in (200, 202) and gate.status_code == 200, raw
         stored = ToolCall.objects.filter(project=self.project).values_list("arguments", flat=True)
