@@ -404,7 +404,11 @@ class _Batch:
         # order: a call ID reused within a turn names its first call.
         if op_ids or pairs:
             for call in _calls_locked(self.project, op_ids, pairs):
-                if call.operation_id in op_ids or (call.request_id, call.call_id) in pairs:
+                if (
+                    call.operation_id in op_ids
+                    or call.proposed_operation_id in op_ids
+                    or (call.request_id, call.call_id) in pairs
+                ):
                     self._remember(call)
                     if call.request_id and call.tool_name:
                         budget_keys.add((call.request_id, call.tool_name))
@@ -415,7 +419,12 @@ class _Batch:
         return seen
 
     def _remember(self, call: ToolCall) -> None:
+        """Key ``call`` by its operation ID and by the one it was proposed under before an
+        operator's edit renamed it (``services.call_arguments_edit``): that ID keeps naming
+        it. A call's own ID wins over another's proposed one."""
         self.calls[call.operation_id] = call
+        if call.proposed_operation_id:
+            self.calls.setdefault(call.proposed_operation_id, call)
         if call.request_id and call.call_id:
             self.by_call_id.setdefault((call.request_id, call.call_id), call)
 
@@ -767,6 +776,12 @@ class _Batch:
         the call as it was."""
         proposal = prepared.proposal
         call = self.calls.get(prepared.operation_id)
+        digest = prepared.digest
+        # a proposal under the ID an operator's edit renamed: the proposal the operator
+        # edited is this call as edited (never its pre-edit arguments again)
+        renamed = call is not None and call.operation_id != prepared.operation_id
+        if call is not None and renamed and digest == call.proposed_arguments_digest != "":
+            digest = call.arguments_digest
         state_before = call.state if call else None
         lifecycle.check(state_before, "proposed")
         contract = self.tools.get(proposal.tool or "")
@@ -781,7 +796,7 @@ class _Batch:
         )
         if (
             call is not None
-            and call.arguments_digest == prepared.digest
+            and call.arguments_digest == digest
             and identical <= (contract.max_identical if contract else identical)
             and context.sticky is None
             and (
@@ -808,7 +823,7 @@ class _Batch:
             proposal,
             tools=self.tool_views,
             existing=existing,
-            arguments_digest=prepared.digest,
+            arguments_digest=digest,
             reasks_used=self._reasks_used(budget_key),
             context=context,
         )
@@ -845,7 +860,7 @@ class _Batch:
             self.new_calls.append(call)
             self.new_ids.add(call.operation_id)
             self._remember(call)
-        elif call.state in (S.REJECTED, S.FAILED) and proposal.arguments_ok:
+        elif call.state in (S.REJECTED, S.FAILED) and proposal.arguments_ok and not renamed:
             call.contract = contract or call.contract
             call.arguments = redact(
                 proposal.arguments, contract.sensitive_fields if contract else ()
@@ -1178,8 +1193,10 @@ class _BoundDebugCursor(CursorDebugWrapper):
 def _calls_locked(
     project: Project, op_ids: set[str], pairs: set[tuple[str, str]]
 ) -> list[ToolCall]:
-    """The project's calls whose operation ID is in ``op_ids`` or whose (request ID, call
-    ID) is one of ``pairs``, with their contract, locked ``FOR UPDATE``, in ``id`` order.
+    """The project's calls whose operation ID, or the one they were proposed under before an
+    operator's edit renamed them (``proposed_operation_id``), is in ``op_ids``, or whose
+    (request ID, call ID) is one of ``pairs``, with their contract, locked ``FOR UPDATE``,
+    in ``id`` order.
 
     PostgreSQL: one statement whose text never changes, sent through ``bound_cursor`` (so it
     is prepared), rows made into models without the ORM's compiler (about 0.4 ms of the
@@ -1187,9 +1204,10 @@ def _calls_locked(
     ``= ANY(array)``: a prepared statement's generic plan, on statistics that think the
     project small, filtered the project's calls with a linear search of the array per row
     (40 ms for a batch of 500 in a 10,000-call project; a join is linear whatever the plan).
-    Elsewhere: the ORM."""
+    The proposed IDs are a branch of their own that says ``proposed_operation_id <> ''``,
+    so it reads the partial index ``toolcall_proposed_operation``. Elsewhere: the ORM."""
     if connection.vendor != "postgresql":
-        query = Q(operation_id__in=op_ids)
+        query = Q(operation_id__in=op_ids) | Q(proposed_operation_id__in=op_ids - {""})
         if pairs:
             query |= Q(request_id__in={r for r, _ in pairs}, call_id__in={c for _, c in pairs})
         return list(
@@ -1203,6 +1221,8 @@ def _calls_locked(
         cursor.execute(
             _CALLS_LOCKED,
             [
+                sorted(op_ids),
+                project.pk,
                 sorted(op_ids),
                 project.pk,
                 [r for r, _ in by_pair],
@@ -1252,6 +1272,10 @@ _CALLS_LOCKED = (
     f'SELECT n."id" FROM "{ToolCall._meta.db_table}" n '
     'JOIN unnest(%s::text[]) AS o(operation_id) ON n."operation_id" = o.operation_id '
     'WHERE n."project_id" = %s '
+    "UNION "
+    f'SELECT n."id" FROM "{ToolCall._meta.db_table}" n '
+    'JOIN unnest(%s::text[]) AS o(operation_id) ON n."proposed_operation_id" = o.operation_id '
+    """WHERE n."project_id" = %s AND n."proposed_operation_id" <> '' """
     "UNION "
     f'SELECT n."id" FROM "{ToolCall._meta.db_table}" n '
     "JOIN unnest(%s::text[], %s::text[]) AS p(request_id, call_id) "

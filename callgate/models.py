@@ -285,6 +285,12 @@ class ToolCall(models.Model):
         help_text="The operation ID the agent proposed the call under, when an operator's "
         "edit of the arguments gave the call a new one.",
     )
+    proposed_arguments_digest = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The digest of the arguments the agent proposed under "
+        "proposed_operation_id: a repeat of that proposal is this call.",
+    )
 
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

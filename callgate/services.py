@@ -6,11 +6,14 @@ Services take keyword-only arguments, validate, and keep their transactions shor
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import uuid
 from urllib.parse import parse_qsl, urlencode
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -43,12 +46,15 @@ from callgate.schemas import (
     TurnEvent,
 )
 from callgate.taxonomy import Reason, Route, category_of
+from callgate_sdk.providers import finite_float, no_constants, number_problem
 from callgate_sdk.wire import (
+    HIDDEN_MOVED,
     MAX_JSON_DEPTH,
     REDACTED,
     arguments_digest,
     canonical_arguments,
     derive_operation_id,
+    hidden_moves,
     json_depth,
     redact,
 )
@@ -313,6 +319,52 @@ class ArgumentsRefused(ValueError):
         super().__init__("; ".join(f"{p['path']}: {p['msg']}" for p in problems))
 
 
+def arguments_parse(text: str):
+    """An operator's typed arguments ("approve with edits"), parsed as strict JSON (RFC 8259
+    §6: no NaN or Infinity), as the gate reads an agent's (``callgate_sdk.providers``): a
+    number beyond a double's range (``1e400``) or an integer of more digits than Python
+    reads (``sys.get_int_max_str_digits()``, 4,300) is refused too. Returns the value (any
+    JSON type: ``call_arguments_edit`` checks the rest). Raises ``ArgumentsRefused`` with
+    one problem at ``$`` (JSON syntax: its line and column)."""
+    try:
+        return json.loads(text, parse_constant=no_constants, parse_float=finite_float)
+    except json.JSONDecodeError as exc:
+        problem = f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+    except RecursionError:
+        problem = f"nested deeper than {MAX_JSON_DEPTH}"
+    except ValueError as exc:  # NaN, Infinity, 1e400, or too many digits
+        problem = number_problem(exc)
+    raise ArgumentsRefused([{"path": "$", "msg": problem}])
+
+
+def _unstorable(value, path: str = "$") -> list[dict]:
+    """Where ``value`` holds what JSON cannot say or PostgreSQL's jsonb cannot store: a NaN
+    or infinite number, a NUL (U+0000) or an unpaired surrogate in a string or a key."""
+
+    def bad_text(text: str) -> str | None:
+        if "\x00" in text:
+            return "must not contain a NUL character (U+0000)"
+        if any("\ud800" <= ch <= "\udfff" for ch in text):
+            return "must not contain an unpaired surrogate (not Unicode text)"
+        return None
+
+    if isinstance(value, dict):
+        found = []
+        for key, item in value.items():
+            here = f"{path}.{key}"
+            if isinstance(key, str) and (problem := bad_text(key)):
+                found.append({"path": here, "msg": f"the key {problem}"})
+            found += _unstorable(item, here)
+        return found
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _unstorable(item, f"{path}[{i}]")]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [{"path": path, "msg": "must be a finite number (JSON has no NaN or Infinity)"}]
+    if isinstance(value, str) and (problem := bad_text(value)):
+        return [{"path": path, "msg": problem}]
+    return []
+
+
 def _leaves(value, path: str = "$") -> dict[str, object]:
     """Every scalar (and empty container) of a JSON value by its JSON path."""
     if isinstance(value, dict) and value:
@@ -346,11 +398,15 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
     Rules, in order; every failure raises ``ArgumentsRefused`` naming each problem by JSON
     path, and nothing is written:
 
-    - ``arguments`` is a JSON object, at most ``MAX_JSON_DEPTH`` deep.
+    - ``arguments`` is a JSON object, at most ``MAX_JSON_DEPTH`` deep, that JSON can say
+      and PostgreSQL can store: no NaN or infinite number, no NUL or unpaired surrogate.
     - Sensitive values (the contract's ``sensitive_fields`` and obvious secrets) are never
       stored, so they cannot be edited: a value shown as ``•••`` left as is keeps the
-      agent's value (the agent puts its own back: ``callgate_sdk`` does), any other value
-      at a sensitive path is refused.
+      agent's value (the agent puts its own back by its place: ``callgate_sdk`` does), any
+      other value at a sensitive path is refused. A ``•••`` may not move: one typed where
+      nothing was hidden, or in an array that lost, gained or reordered entries
+      (``wire.hidden_moves``), is refused at that path (``wire.HIDDEN_MOVED``), so a hidden
+      value is never put back into another entry.
     - The arguments are validated against the contract's JSON Schema with the gate's
       validator (``classification.validate_arguments``); a kept ``•••`` stands for a value
       the gate already accepted, so problems at its path are not the edit's.
@@ -362,9 +418,13 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
     the ID callgate gives any operation its runtime did not name: derived from the request
     ID, the tool and the new canonical arguments (``wire.derive_operation_id``), or a fresh
     ``op_<uuid>`` without a request ID. The ID the agent proposed is kept in
-    ``proposed_operation_id``, so an agent still waiting under it finds the call
-    (``GET /api/v1/calls/{operation_id}``, the MCP gateway) and learns the new one from the
-    answer. An edit of volatile arguments only keeps the ID. The digest is of the new
+    ``proposed_operation_id`` (and the digest of its arguments in
+    ``proposed_arguments_digest``), so it keeps naming this call everywhere: an agent still
+    waiting under it finds the call (``GET /api/v1/calls/{operation_id}``, the MCP gateway)
+    and learns the new one from the answer, and its events and a repeat of its proposal
+    apply to this call (``callgate.ingest``), never to a new one. A new ID that names
+    another call (as its own or as the one it was proposed under) is refused. An edit of
+    volatile arguments only keeps the ID. The digest is of the new
     canonical arguments (with a kept ``•••`` as it stands: callgate never had the value).
     """
     contract = call.contract
@@ -373,6 +433,8 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
         raise ArgumentsRefused([{"path": "$", "msg": "must be a JSON object"}])
     if json_depth(arguments) > MAX_JSON_DEPTH:
         raise ArgumentsRefused([{"path": "$", "msg": f"nested deeper than {MAX_JSON_DEPTH}"}])
+    if unstorable := _unstorable(arguments):
+        raise ArgumentsRefused(unstorable)
     if contract is None:
         raise ArgumentsRefused(
             [{"path": "$", "msg": "the call has no contract to check edited arguments against"}]
@@ -382,10 +444,12 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
     hidden = _leaves(redact(arguments, contract.sensitive_fields or ()))
     kept = set()
     for path, value in hidden.items():
-        if value != REDACTED or typed.get(path) == REDACTED and stored.get(path) != REDACTED:
-            continue  # not sensitive, or "•••" typed where nothing was hidden: a plain value
-        if typed.get(path) == REDACTED:
+        if value != REDACTED:
+            continue  # not sensitive
+        if typed.get(path) == REDACTED and stored.get(path) == REDACTED:
             kept.add(path)
+        elif typed.get(path) == REDACTED:  # where nothing was hidden: moved, or meaningless
+            problems.append({"path": path, "msg": HIDDEN_MOVED})
         else:
             problems.append(
                 {
@@ -394,6 +458,9 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
                     "here; leave •••, and the agent keeps its own value",
                 }
             )
+    problems += [
+        {"path": path, "msg": HIDDEN_MOVED} for path in hidden_moves(arguments, call.arguments)
+    ]
     problems += [
         {"path": p.path, "msg": p.message}
         for p in validate_arguments(arguments, contract.parameters)
@@ -417,16 +484,23 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
         )
     if (
         operation_id != call.operation_id
-        and ToolCall.objects.filter(project_id=call.project_id, operation_id=operation_id).exists()
+        and ToolCall.objects.filter(
+            Q(operation_id=operation_id) | Q(proposed_operation_id=operation_id),
+            project_id=call.project_id,
+        )
+        .exclude(pk=call.pk)
+        .exists()
     ):
         raise ArgumentsRefused([{"path": "$", "msg": TAKEN}])
     change = {
         "arguments": arguments_changes(call.arguments, new_arguments),
         "operation_id": {"from": call.operation_id, "to": operation_id},
     }
-    call.proposed_operation_id = call.proposed_operation_id or (
-        call.operation_id if operation_id != call.operation_id else ""
-    )
+    if operation_id == call.proposed_operation_id:  # edited back to what the agent proposed
+        call.proposed_operation_id = call.proposed_arguments_digest = ""
+    elif operation_id != call.operation_id and not call.proposed_operation_id:
+        call.proposed_operation_id = call.operation_id
+        call.proposed_arguments_digest = call.arguments_digest
     call.operation_id = operation_id
     call.arguments = call.decision_arguments = new_arguments
     call.arguments_digest = hashlib.sha256(canonical).hexdigest()
@@ -437,6 +511,7 @@ def call_arguments_edit(*, call: ToolCall, arguments) -> tuple[ToolCall, dict | 
                 update_fields=[
                     "operation_id",
                     "proposed_operation_id",
+                    "proposed_arguments_digest",
                     "arguments",
                     "decision_arguments",
                     "arguments_digest",

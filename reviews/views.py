@@ -9,7 +9,6 @@ possible. Without htmx, actions redirect back with a message.
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
@@ -30,6 +29,7 @@ from callgate.csvexport import csv_safe
 from callgate.models import SavedView, ToolContract
 from callgate.paths import PathOf
 from callgate.selectors import open_review_count
+from callgate.services import ArgumentsRefused, arguments_parse
 from callgate.templatetags.callgate_tags import badge, moment, short_op
 from callgate.timeparse import parse_time
 from callgate.views import saved_views_menu
@@ -549,9 +549,10 @@ def decide(request: ProjectRequest, pk: int) -> HttpResponse:
     """Approve / approve retry / reject / mark applied / mark failed (``decision`` in the form).
 
     ``arguments`` (approve and approve retry): "approve with edits", the call's arguments
-    as a JSON object text. Text that is not JSON, or arguments the contract refuses, answer
-    422 with the form kept and each problem by JSON path (``$`` and line/column for JSON
-    syntax); nothing changes."""
+    as a JSON object text. Text that is not strict JSON (NaN, Infinity, 1e400, an integer
+    of more than 4,300 digits: ``arguments_parse``), a NUL or unpaired surrogate, or
+    arguments the contract refuses, answer 422 with the form kept and each problem by JSON
+    path (``$`` and line/column for JSON syntax); nothing changes."""
     item = _get_item(request, pk)
     form = DecisionForm(request.POST)
     if not form.is_valid():
@@ -560,12 +561,9 @@ def decide(request: ProjectRequest, pk: int) -> HttpResponse:
     arguments = None
     if "arguments" in request.POST:
         try:
-            arguments = json.loads(request.POST["arguments"])
-        except json.JSONDecodeError as exc:
-            problem = f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-            return _edit_refused(request, item, [{"path": "$", "msg": problem}])
-        except RecursionError:
-            return _edit_refused(request, item, [{"path": "$", "msg": "nested too deeply"}])
+            arguments = arguments_parse(request.POST["arguments"])
+        except ArgumentsRefused as exc:
+            return _edit_refused(request, item, exc.problems)
         if not isinstance(arguments, dict):
             return _edit_refused(request, item, [{"path": "$", "msg": "must be a JSON object"}])
     override = form.cleaned_data["override"]

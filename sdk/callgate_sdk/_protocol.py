@@ -39,7 +39,7 @@ from callgate_sdk.models import (
 )
 from callgate_sdk.providers import Proposal, normalise
 from callgate_sdk.resilience import CircuitBreaker, backoff_delay
-from callgate_sdk.wire import derive_operation_id, edited_arguments
+from callgate_sdk.wire import HiddenValueMoved, derive_operation_id, edited_arguments
 
 logger = logging.getLogger("callgate_sdk")
 
@@ -678,7 +678,12 @@ class Protocol:
                 if answer.decision is not None and answer.decision.arguments is not None:
                     # approved with edits: run the operator's arguments (our own values where
                     # they kept a redacted one), under the operation ID callgate now gives
-                    arguments = edited_arguments(answer.decision.arguments, arguments)
+                    try:
+                        arguments = edited_arguments(answer.decision.arguments, arguments)
+                    except HiddenValueMoved as exc:  # never another entry's hidden value
+                        return finish(
+                            "stopped", answer, observation=f"not executed: the approved {exc}"
+                        )
                     op = answer.operation_id
                 continue
             if verdict == "retry":

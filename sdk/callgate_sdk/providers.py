@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -66,6 +67,20 @@ def finite_float(text: str) -> float:
     if math.isinf(value):
         raise NotFinite(f"the number {text[:40]} is too large (beyond the range of a double)")
     return value
+
+
+def too_many_digits(exc: ValueError) -> bool:
+    """Whether ``exc`` is Python's refusal of an integer of more digits than it converts
+    (``sys.get_int_max_str_digits()``)."""
+    return "integer string conversion" in str(exc)
+
+
+def number_problem(exc: ValueError) -> str:
+    """What a ``ValueError`` of strict JSON number reading (``no_constants``,
+    ``finite_float``, the digit limit) says, in words for the sender."""
+    if too_many_digits(exc):
+        return f"an integer of more than {sys.get_int_max_str_digits():,} digits cannot be read"
+    return str(exc)
 
 
 def no_constants(name: str):
@@ -103,9 +118,9 @@ def loads(text: str | bytes, *, too_large: list[TooLarge] | None = None) -> Any:
     try:
         value = json.loads(text, parse_constant=no_constants, parse_float=finite_float)
     except ValueError as exc:
-        if too_large is None or not (
-            isinstance(exc, NotFinite) or "integer string conversion" in str(exc)
-        ):
+        if too_large is None or not (isinstance(exc, NotFinite) or too_many_digits(exc)):
+            if too_many_digits(exc):
+                raise ValueError(number_problem(exc)) from None
             raise
 
         def mark(number: str) -> TooLarge:

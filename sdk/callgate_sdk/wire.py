@@ -195,23 +195,104 @@ def redact(value: Any, sensitive: Iterable[str] = ()) -> Any:
     return walk(value, "")
 
 
+#: Why an edit that moved a redacted value is refused: the agent puts its own value back by
+#: position, so a "•••" in another place would get another entry's value.
+HIDDEN_MOVED = "a hidden value cannot be moved; keep the entry or remove its hidden field"
+
+
+class HiddenValueMoved(ValueError):
+    """An edit moved a redacted value (``hidden_moves``); ``paths`` names each array."""
+
+    def __init__(self, paths: list[str]):
+        self.paths = paths
+        super().__init__(f"{', '.join(paths)}: {HIDDEN_MOVED}")
+
+
+def _holds_redacted(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_holds_redacted(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_redacted(item) for item in value)
+    return value == REDACTED
+
+
+def _same_entry(edited: Any, original: Any) -> bool:
+    """``edited`` equals ``original``, a ``"•••"`` of ``edited`` matching any value."""
+    if edited == REDACTED:
+        return True
+    if isinstance(edited, dict):
+        return (
+            isinstance(original, dict)
+            and edited.keys() == original.keys()
+            and all(_same_entry(edited[key], original[key]) for key in edited)
+        )
+    if isinstance(edited, list):
+        return (
+            isinstance(original, list)
+            and len(edited) == len(original)
+            and all(_same_entry(e, o) for e, o in zip(edited, original, strict=True))
+        )
+    return edited == original and type(edited) is type(original)
+
+
+def hidden_moves(edited: Any, original: Any, path: str = "$") -> list[str]:
+    """The JSON paths (``$.payments``) of the arrays of ``edited`` whose redacted values
+    (``"•••"``) may not be where they were in ``original``: an array holding one whose
+    length changed, or whose entry holding one equals another position's entry of
+    ``original`` and not its own (a removed, added or reordered entry). A redacted value
+    is put back by its place, so at such a path it would get another entry's value.
+    ``original``: the stored (redacted) arguments, or the agent's own; in either, a
+    ``"•••"`` of ``edited`` matches any value. An entry edited in place keeps its place."""
+    if isinstance(edited, dict) and isinstance(original, dict):
+        return [
+            moved
+            for key in edited
+            if key in original
+            for moved in hidden_moves(edited[key], original[key], f"{path}.{key}")
+        ]
+    if not isinstance(edited, list) or not _holds_redacted(edited):
+        return []
+    if not isinstance(original, list) or len(edited) != len(original):
+        return [path]
+    for index, entry in enumerate(edited):
+        if (
+            _holds_redacted(entry)
+            and not _same_entry(entry, original[index])
+            and any(_same_entry(entry, other) for other in original[:index] + original[index + 1 :])
+        ):
+            return [path]
+    return [
+        moved
+        for index, entry in enumerate(edited)
+        for moved in hidden_moves(entry, original[index], f"{path}[{index}]")
+    ]
+
+
 def edited_arguments(edited: Any, proposed: Any) -> Any:
     """The arguments to execute after an operator approved ``edited`` ones (a decision's
     ``arguments``): ``edited`` with each ``"•••"`` put back to the ``proposed`` value at
     the same place. callgate never stores a sensitive value, so an operator can only leave
-    it as it was; the agent, which has it, restores it."""
+    it as it was; the agent, which has it, restores it. Raises ``HiddenValueMoved`` when an
+    array holding a ``"•••"`` lost, gained or reordered entries (``hidden_moves``): a value
+    is never put back across changed positions (callgate refuses such an edit too)."""
+    moved = hidden_moves(edited, proposed)
+    if moved:
+        raise HiddenValueMoved(moved)
+    return _restored(edited, proposed)
+
+
+def _restored(edited: Any, proposed: Any) -> Any:
     if edited == REDACTED:
         return proposed
     if isinstance(edited, dict):
         mine = proposed if isinstance(proposed, dict) else {}
         return {
-            key: edited_arguments(item, mine[key]) if key in mine else item
-            for key, item in edited.items()
+            key: _restored(item, mine[key]) if key in mine else item for key, item in edited.items()
         }
     if isinstance(edited, list):
         mine_list = proposed if isinstance(proposed, list) else []
         return [
-            edited_arguments(item, mine_list[i]) if i < len(mine_list) else item
+            _restored(item, mine_list[i]) if i < len(mine_list) else item
             for i, item in enumerate(edited)
         ]
     return edited

@@ -565,7 +565,15 @@ class BatchLookupPlanTests(BaseTestCase):
         plans = [
             self.generic_plan(
                 ingest._CALLS_LOCKED,
-                [[c.operation_id for c in wanted], self.project.pk, ["r"], ["c"], self.project.pk],
+                [
+                    [c.operation_id for c in wanted],
+                    self.project.pk,
+                    [c.operation_id for c in wanted],
+                    self.project.pk,
+                    ["r"],
+                    ["c"],
+                    self.project.pk,
+                ],
             ),
             self.generic_plan(
                 ingest._BUDGETS,

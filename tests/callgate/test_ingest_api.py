@@ -725,3 +725,43 @@ class CauseApiTests(BaseTestCase):
         assert response.status_code == 207
         errors = response.json()["results"][0]["errors"]
         assert any(e["loc"].endswith("jsonrpc_error.code") for e in errors), errors
+
+
+class UnreadableArgumentsApiTests(BaseTestCase):
+    """Arguments that strict JSON cannot say or PostgreSQL cannot store never make the
+    events API or the gate answer 500: numbers are refused by name (400 for the body, or
+    the event rejected), a NUL or unpaired surrogate is stored as U+FFFD."""
+
+    NUMBERS = ("NaN", "Infinity", "-Infinity", "1e400", "9" * 5000)
+    TEXTS = ('"a\\u0000b"', '"a\\ud800b"')
+
+    def post(self, path: str, body: str):
+        return self.client.post(
+            path, body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {self.key}"
+        )
+
+    def test_the_events_api_and_the_gate_answer_4xx_or_store_what_they_can(self):
+        for raw in self.NUMBERS + self.TEXTS:
+            call = '{"tool": "create_follow_up", "arguments": {"ticket_id": ' + raw + "}}"
+            envelope = {
+                "event_id": str(uuid.uuid4()),
+                "occurred_at": "2026-01-01T00:00:00Z",
+                "type": "proposed",
+                "format": "plain",
+                "request_id": "r-1",
+            }
+            events = self.post(
+                "/api/v1/events", "[" + json.dumps(envelope)[:-1] + ', "call": ' + call + "}]"
+            )
+            gate = self.post(
+                "/api/v1/calls", '{"format": "plain", "request_id": "r-2", "call": ' + call + "}"
+            )
+            if raw in self.NUMBERS:
+                assert events.status_code in (400, 207), (raw[:12], events.status_code)
+                assert events.json().get("accepted", 0) == 0
+                assert gate.status_code == 400, (raw[:12], gate.status_code)
+                assert "sys." not in gate.json()["error"]  # words for the agent, not Python's
+            else:
+                assert events.status_code in (200, 202) and gate.status_code == 200, raw
+        stored = ToolCall.objects.filter(project=self.project).values_list("arguments", flat=True)
+        assert stored and all("\ufffd" in a["ticket_id"] for a in stored), list(stored)

@@ -292,6 +292,27 @@ class QueryPlanTests(TestCase):
         self.assert_indexed(lambda: selectors.agents_with_keys(project=self.project))
         self.assert_indexed(lambda: selectors.contracts_latest(project=self.project))
 
+    def test_the_engine_finds_calls_by_the_operation_id_they_were_proposed_under(self):
+        """``ingest._calls_locked`` also matches the ID an operator's edit renamed a call
+        from: through the partial index, never a scan of the project's calls."""
+        from callgate import ingest
+
+        ToolCall.objects.filter(pk=self.call.pk).update(
+            proposed_operation_id="op-proposed", operation_id="op-edited"
+        )
+        wanted = ["op-proposed", "op-unknown"]
+        params = [wanted, self.project.pk, wanted, self.project.pk, ["r"], ["c"], self.project.pk]
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {', '.join(GROWING)}")
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("EXPLAIN " + ingest._CALLS_LOCKED, params)
+            plan = "\n".join(line for (line,) in cursor.fetchall())
+            cursor.execute("SET LOCAL enable_seqscan = on")
+        assert "toolcall_proposed_operation" in plan, plan
+        assert not unbounded_scans(plan), plan
+        found = ingest._calls_locked(self.project, set(wanted), set())
+        assert [c.pk for c in found] == [self.call.pk]
+
     def test_the_review_queue_has_an_index_for_every_status_and_its_pages(self):
         item = ReviewItem.objects.filter(project=self.project).first()
         for status in queue.STATUS_CHOICES:

@@ -364,6 +364,29 @@ class RunTests(SdkTestCase):
         assert result.status == "denied" and result.observation == "rejected: amount too high"
         assert execute.calls == []
 
+    def test_it_never_executes_an_approval_whose_edit_moved_a_hidden_value(self):
+        fake = FakeCallgate()
+        fake.gate.append(answer("pending_approval", state="pending_approval", route="review"))
+        moved = {"payments": [{"to": "ben", "card_number": "•••"}]}  # ann's entry removed
+        fake.polls.append(
+            answer(
+                "allow",
+                state="allowed",
+                decision={"decision": "approve", "arguments": moved},
+            )
+        )
+        execute = Recorder()
+        proposed = {
+            "payments": [
+                {"to": "ann", "card_number": "4111-ANN"},
+                {"to": "ben", "card_number": "4222-BEN"},
+            ]
+        }
+        call = {"tool": "pay_many", "arguments": proposed}
+        result = make_client(fake).run("plain", call, execute, request_id="r")
+        assert result.status == "stopped" and execute.calls == []
+        assert "$.payments" in result.observation and "hidden value" in result.observation
+
     def test_it_returns_the_observation_without_executing(self):
         for verdict, status in [("reask", "reask"), ("deny", "denied"), ("stop", "stopped")]:
             with self.subTest(verdict):

@@ -18,13 +18,19 @@ from django.test import override_settings
 from django.urls import reverse
 
 import reviews.tasks  # noqa: F401  (registers the delivery task the outbox sends by name)
-from callgate.models import Agent, ToolCall
-from callgate_sdk import CallgateClient
+from callgate.models import Agent, ToolCall, ToolContract
+from callgate_sdk import CallgateClient, wire
 from callgate_sdk.wire import canonical_arguments, derive_operation_id, edited_arguments
 from reviews import services, webhooks
 from reviews.models import ReviewAudit, ReviewItem
-from tests.factories import BaseTestCase
-from tests.reviews.fixtures import REFUND, REFUND_PROPOSED, make_item, make_refund_approval
+from tests.factories import BaseTestCase, make_event
+from tests.reviews.fixtures import (
+    REFUND,
+    REFUND_PROPOSED,
+    make_contract,
+    make_item,
+    make_refund_approval,
+)
 
 PROPOSED = REFUND_PROPOSED
 
@@ -329,3 +335,324 @@ def test_edited_arguments_put_back_the_agents_own_redacted_values():
     }
     # a "•••" where the agent had nothing stays as typed
     assert edited_arguments({"x": "•••"}, {}) == {"x": "•••"}
+
+
+class ProposedOperationIdTests(BaseTestCase):
+    """After an edit renamed the call, the operation ID the agent proposed it under keeps
+    naming the edited call everywhere: a repeat of the original proposal (events API or
+    gate) is answered as that call with its decision, its events apply to it, and no second
+    call or approval item is ever made under the old ID."""
+
+    CONTRACT = {
+        "description": "Refund an order to the customer's card",
+        "effect": "write",
+        "requires_approval": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"order": {"type": "string"}, "amount": {"type": "integer"}},
+            "required": ["order", "amount"],
+        },
+    }
+    ORIGINAL = {"order": "O-1", "amount": 120}
+    EDITED = {"order": "O-1", "amount": 50}
+
+    def setUp(self):
+        self.api_client = self.api()
+        response = self.api_client.put("/api/v1/tools/refund", self.CONTRACT, format="json")
+        assert response.status_code in (200, 201), response.content
+        self.propose(self.ORIGINAL)
+        self.item = ReviewItem.objects.get(call__operation_id="op-A-1")
+        services.review_item_decide(
+            item=self.item, user=self.alice, decision="approve", arguments=self.EDITED
+        )
+        self.call = ToolCall.objects.get(pk=self.item.call_id)
+        assert self.call.proposed_operation_id == "op-A-1" != self.call.operation_id
+
+    def propose(self, arguments: dict) -> None:
+        event = make_event(
+            "proposed",
+            format="plain",
+            operation_id="op-A-1",
+            request_id="req-1",
+            call={"tool": "refund", "arguments": arguments},
+        )
+        response = self.api_client.post("/api/v1/events", [event], format="json")
+        assert response.status_code in (200, 202), response.content
+
+    def answer(self, operation_id: str = "op-A-1") -> dict:
+        response = self.api_client.get(f"/api/v1/calls/{operation_id}")
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    def assert_one_call_and_no_open_item(self) -> None:
+        assert list(ToolCall.objects.filter(project=self.project).values_list("pk", flat=True)) == [
+            self.call.pk
+        ]
+        assert not ReviewItem.objects.filter(
+            project=self.project, status__in=ReviewItem.OPEN_STATUSES
+        ).exists()
+
+    def test_the_original_proposal_sent_again_is_the_edited_call_with_its_decision(self):
+        self.propose(self.ORIGINAL)
+        self.assert_one_call_and_no_open_item()
+        body = self.answer()
+        assert body["operation_id"] == self.call.operation_id
+        assert body["verdict"] == "allow" and body["reason"] == "approval_granted"
+        assert body["decision"]["arguments"] == self.EDITED
+        assert body["decision"]["proposed_operation_id"] == "op-A-1"
+        call = ToolCall.objects.get(pk=self.call.pk)
+        assert call.arguments == self.EDITED  # the repeat never restores what was edited
+
+    def test_the_gate_answers_the_original_proposal_as_the_edited_call(self):
+        gate = {
+            "format": "plain",
+            "call": {"tool": "refund", "arguments": self.ORIGINAL},
+            "operation_id": "op-A-1",
+            "request_id": "req-1",
+        }
+        response = self.api_client.post("/api/v1/calls", gate, format="json")
+        assert response.status_code == 200, response.content
+        body = response.json()
+        assert body["operation_id"] == self.call.operation_id and body["verdict"] == "allow"
+        assert body["decision"]["arguments"] == self.EDITED
+        self.assert_one_call_and_no_open_item()
+
+    def test_events_under_the_original_id_apply_to_the_edited_call(self):
+        attempt = make_event("attempt", operation_id="op-A-1", sent=True, outcome="success")
+        response = self.api_client.post("/api/v1/events", [attempt], format="json")
+        assert response.status_code in (200, 202), response.content
+        call = ToolCall.objects.get(pk=self.call.pk)
+        assert call.state == ToolCall.State.SUCCEEDED and call.attempts == 1
+        self.propose(self.ORIGINAL)  # after the success: the same call, never run twice
+        self.assert_one_call_and_no_open_item()
+        assert self.call.events.order_by("-pk").first().reason == "duplicate_suppressed"
+        assert ToolCall.objects.get(pk=self.call.pk).duplicates_suppressed == 1
+
+    def test_other_arguments_under_the_original_id_are_a_mismatch_of_the_edited_call(self):
+        self.propose({"order": "O-1", "amount": 70})
+        self.assert_one_call_and_no_open_item()
+        last = self.call.events.order_by("-pk").first()
+        assert last.reason == "idempotency_mismatch"
+        assert ToolCall.objects.get(pk=self.call.pk).arguments == self.EDITED
+
+    def test_an_edit_may_not_take_an_id_another_call_was_proposed_under(self):
+        other = make_refund_approval(self.project, self.agent)
+        taken = derive_operation_id(
+            request_id=other.call.request_id,
+            tool="issue_refund",
+            arguments={**PROPOSED, "amount": 80},
+            volatile_arguments=["/nonce"],
+        )
+        ToolCall.objects.filter(pk=self.call.pk).update(proposed_operation_id=taken)
+        try:
+            services.review_item_decide(
+                item=other,
+                user=self.alice,
+                decision="approve",
+                arguments={**PROPOSED, "amount": 80},
+            )
+            raise AssertionError("took an operation ID that names another call")
+        except services.ReviewArgumentsRefused as exc:
+            assert exc.problems[0]["path"] == "$"
+        assert ToolCall.objects.get(pk=other.call_id).operation_id != taken
+
+
+class HiddenValuesStayInPlaceTests(BaseTestCase):
+    """A redacted value ("•••") is put back by the agent at its place, so an edit may not
+    move one: an array holding one may not lose, gain or reorder entries, and a "•••" may
+    not appear where nothing was hidden. Refused with the path (422 on the page); the SDK
+    never puts a value back across changed positions."""
+
+    PROPOSED_REAL = {
+        "payments": [
+            {"to": "ann", "amount": 1, "card_number": "4111-ANN"},
+            {"to": "ben", "amount": 2, "card_number": "4222-BEN"},
+        ]
+    }
+    STORED = {
+        "payments": [
+            {"to": "ann", "amount": 1, "card_number": "•••"},
+            {"to": "ben", "amount": 2, "card_number": "•••"},
+        ]
+    }
+    ANN, BEN = STORED["payments"]
+
+    def setUp(self):
+        contract = make_contract(self.project, "pay_many", requires_approval=True)
+        contract.parameters = {
+            "type": "object",
+            "properties": {"payments": {"type": "array", "items": {"type": "object"}}},
+        }
+        contract.save(update_fields=["parameters"])
+        self.item = make_item(
+            self.project,
+            self.agent,
+            kind=ReviewItem.Kind.APPROVAL,
+            tool="pay_many",
+            contract=contract,
+            arguments=self.STORED,
+        )
+
+    def post(self, arguments: dict):
+        self.client.force_login(self.alice)
+        url = reverse("reviews:decide", args=[self.project.slug, self.item.pk])
+        return self.client.post(
+            url,
+            {"decision": "approve", "arguments": json.dumps(arguments)},
+            HTTP_HX_REQUEST="true",
+            HTTP_HX_TARGET="item",
+        )
+
+    def test_removing_adding_or_reordering_an_entry_with_a_hidden_value_is_refused(self):
+        for payments in (
+            [self.BEN],  # ann removed: ben's entry would get ann's card
+            [self.BEN, self.ANN],  # reordered
+            [self.ANN, self.BEN, {**self.BEN, "to": "cy"}],  # added
+        ):
+            response = self.post({"payments": payments})
+            assert response.status_code == 422, payments
+            text = response.content.decode()
+            assert "$.payments" in text and "a hidden value cannot be moved" in text
+        call = ToolCall.objects.get(pk=self.item.call_id)
+        assert call.arguments == self.STORED and call.decision_arguments is None
+        self.item.refresh_from_db()
+        assert self.item.is_open
+
+    def test_a_hidden_value_typed_where_nothing_was_hidden_is_refused(self):
+        try:
+            services.review_item_decide(
+                item=make_item(
+                    self.project,
+                    self.agent,
+                    kind=ReviewItem.Kind.APPROVAL,
+                    arguments={"ticket_id": "T-1"},
+                ),
+                user=self.alice,
+                decision="approve",
+                arguments={"ticket_id": "T-1", "card_number": "•••"},
+            )
+            raise AssertionError("accepted a hidden value where none was")
+        except services.ReviewArgumentsRefused as exc:
+            assert {"path": "$.card_number", "msg": wire.HIDDEN_MOVED} in exc.problems
+
+    def test_an_entry_edited_in_place_or_without_its_hidden_field_is_accepted(self):
+        edited = {
+            "payments": [{**self.ANN, "amount": 5}, {"to": "ben", "amount": 2}],
+        }
+        response = self.post(edited)
+        assert response.status_code == 200, response.content
+        call = ToolCall.objects.get(pk=self.item.call_id)
+        assert call.decision_arguments == edited
+        assert edited_arguments(call.decision_arguments, self.PROPOSED_REAL) == {
+            "payments": [
+                {"to": "ann", "amount": 5, "card_number": "4111-ANN"},
+                {"to": "ben", "amount": 2},
+            ]
+        }
+
+    def test_the_sdk_never_puts_a_hidden_value_back_across_changed_positions(self):
+        for payments in ([self.BEN], [self.BEN, self.ANN], [self.ANN, self.BEN, self.BEN]):
+            try:
+                edited_arguments({"payments": payments}, self.PROPOSED_REAL)
+                raise AssertionError(f"restored {payments!r}")
+            except wire.HiddenValueMoved as exc:
+                assert exc.paths == ["$.payments"]
+        nested = {"a": {"rows": [{"k": 1, "token": "•••"}, {"k": 2}]}}
+        assert wire.hidden_moves(nested, {"a": {"rows": [{"k": 2}, {"k": 1, "token": "t"}]}}) == [
+            "$.a.rows"
+        ]
+
+
+class UnreadableArgumentsTests(EditsTestCase):
+    """Typed arguments that strict JSON cannot say or PostgreSQL cannot store answer 422
+    naming the problem, and nothing changes (they were a 500: a DataError, or Python's
+    integer digit limit)."""
+
+    BAD = (
+        ('{"ticket_id": "T-1", "amount": NaN}', "NaN is not JSON"),
+        ('{"ticket_id": "T-1", "amount": Infinity}', "Infinity is not JSON"),
+        ('{"ticket_id": "T-1", "amount": -Infinity}', "-Infinity is not JSON"),
+        ('{"ticket_id": "T-1", "amount": 1e400}', "too large"),
+        ('{"ticket_id": "T-1", "amount": ' + "9" * 5000 + "}", "4,300 digits"),
+        ('{"ticket_id": "T-1\\u0000", "amount": 5}', "NUL"),
+        ('{"ticket_id": "T-1\\ud800", "amount": 5}', "unpaired surrogate"),
+        ('{"ticket_id": "T-1", "amount": 5, "n\\u0000": 1}', "the key must not contain a NUL"),
+    )
+
+    def test_each_answers_422_naming_the_problem_and_changes_nothing(self):
+        self.client.force_login(self.alice)
+        url = reverse("reviews:decide", args=[self.project.slug, self.item.pk])
+        before = ToolCall.objects.get(pk=self.call.pk)
+        for text, problem in self.BAD:
+            response = self.client.post(
+                url,
+                {"decision": "approve", "arguments": text},
+                HTTP_HX_REQUEST="true",
+                HTTP_HX_TARGET="item",
+            )
+            assert response.status_code == 422, (text[:50], response.status_code)
+            assert problem in response.content.decode(), text[:50]
+            # without htmx: back to the page with the problem (a redirect, never a 500)
+            response = self.client.post(url, {"decision": "approve", "arguments": text})
+            assert response.status_code == 302, (text[:50], response.status_code)
+        after = ToolCall.objects.get(pk=self.call.pk)
+        assert (after.state, after.arguments, after.operation_id) == (
+            before.state,
+            before.arguments,
+            before.operation_id,
+        )
+        self.item.refresh_from_db()
+        assert self.item.is_open
+
+    def test_the_service_refuses_what_cannot_be_stored_from_any_caller(self):
+        for arguments, path in (
+            (self.edit(amount=float("nan")), "$.amount"),
+            (self.edit(ticket_id="T-1\x00"), "$.ticket_id"),
+        ):
+            try:
+                self.decide(arguments)
+                raise AssertionError(f"accepted {arguments!r}")
+            except services.ReviewArgumentsRefused as exc:
+                assert [p["path"] for p in exc.problems] == [path], exc.problems
+
+
+class RetryEditedThenReproposedTests(BaseTestCase):
+    def test_a_retry_approved_with_edits_is_the_call_the_original_proposal_names(self):
+        api = self.api()
+        contract = {**ProposedOperationIdTests.CONTRACT, "requires_approval": False}
+        assert api.put("/api/v1/tools/refund", contract, format="json").status_code in (200, 201)
+        item = make_item(
+            self.project,
+            self.agent,
+            tool="refund",
+            contract=ToolContract.objects.get(project=self.project, name="refund"),
+            reason="reconciled_absent",
+            arguments=ProposedOperationIdTests.ORIGINAL,
+        )
+        original = item.call.operation_id
+        services.review_item_decide(
+            item=item,
+            user=self.alice,
+            decision="approve_retry",
+            arguments=ProposedOperationIdTests.EDITED,
+        )
+        call = ToolCall.objects.get(pk=item.call_id)
+        assert call.proposed_operation_id == original != call.operation_id
+        ToolCall.objects.filter(pk=call.pk).update(
+            proposed_arguments_digest=hashlib.sha256(
+                canonical_arguments(ProposedOperationIdTests.ORIGINAL, [])
+            ).hexdigest()
+        )  # make_item stores no digest; the gate's is of the canonical arguments
+        event = make_event(
+            "proposed",
+            format="plain",
+            operation_id=original,
+            request_id=call.request_id,
+            call={"tool": "refund", "arguments": ProposedOperationIdTests.ORIGINAL},
+        )
+        assert api.post("/api/v1/events", [event], format="json").status_code in (200, 202)
+        assert ToolCall.objects.filter(project=self.project).count() == 1
+        body = api.get(f"/api/v1/calls/{original}").json()
+        assert body["operation_id"] == call.operation_id
+        assert body["decision"]["arguments"] == ProposedOperationIdTests.EDITED
+        assert ToolCall.objects.get(pk=call.pk).arguments == ProposedOperationIdTests.EDITED

@@ -1,6 +1,6 @@
 """Approve with edits in a real browser (system Chromium via Playwright), at desktop
 (1440 px) and phone (390 px) widths: open the form, see a validation error by JSON path,
-fix it, approve."""
+refuse text that is not strict JSON (NaN), fix it, approve."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ class ApproveWithEditsBrowserTests(BrowserTestCase):
                 assert "$.amount" in problems.inner_text()
                 assert '"amount": 9000' in box.input_value()  # what was typed is kept
                 self.screenshot(f"approve-with-edits-problem-{width}")
+                # not strict JSON (NaN): a 422 naming it, never a 500
+                box.fill(json.dumps(PROPOSED, indent=2, ensure_ascii=False).replace("120", "NaN"))
+                self.page.get_by_role("button", name="Approve with edits").click()
+                self.page.locator("#edit-problems", has_text="NaN is not JSON").wait_for()
+                self.screenshot(f"approve-with-edits-nan-{width}")
                 form = self.page.locator("form.edit-arguments").bounding_box()
                 assert form is not None and form["x"] >= 0 and form["x"] + form["width"] <= width
                 box.fill(json.dumps({**PROPOSED, "amount": 80}, indent=2, ensure_ascii=False))
