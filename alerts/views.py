@@ -167,14 +167,20 @@ def _act(request: ProjectRequest, pk: int, action) -> HttpResponse:
     try:
         event = action(rule)
     except services.AlertActionError as exc:
-        return render(
-            request,
-            "alerts/action_refused.html",
-            {"nav_active": "alerts", "error": str(exc), "back": _back(request).url},
-            status=409,
-        )
+        return _refused(request, exc, status=409)
     messages.success(request, event.message)
     return _back(request)
+
+
+def _refused(request: ProjectRequest, exc: Exception, *, status: int) -> HttpResponse:
+    """The page of an alert action that was not done: why (``exc``'s text), and the way
+    back; ``status`` 400 (bad input) or 409 (the rule's state does not allow it)."""
+    return render(
+        request,
+        "alerts/action_refused.html",
+        {"nav_active": "alerts", "error": str(exc), "back": _back(request).url},
+        status=status,
+    )
 
 
 @require_POST
@@ -209,12 +215,7 @@ def rule_snooze(request: ProjectRequest, pk: int) -> HttpResponse:
         duration = timedelta(minutes=minutes) if minutes is not None else None
         event = services.alert_snooze(rule=rule, actor=request.user, duration=duration, calls=calls)
     except ValueError as exc:
-        return render(
-            request,
-            "alerts/action_refused.html",
-            {"nav_active": "alerts", "error": str(exc), "back": _back(request).url},
-            status=400,
-        )
+        return _refused(request, exc, status=400)
     messages.success(request, event.message)
     return _back(request)
 
