@@ -776,6 +776,20 @@ class _Batch:
         the call as it was."""
         proposal = prepared.proposal
         call = self.calls.get(prepared.operation_id)
+        if (
+            call is not None
+            and self.source == CallEvent.Source.AGENT
+            and call.agent_id != self.agent.pk
+        ):
+            # another agent's call: never classified against, changed or answered with (its
+            # receipt, its observation); the ID is refused as naming no call of this agent
+            raise Rejected(
+                "operation_id",
+                "no call with this operation_id for this agent"
+                if event.operation_id
+                else "another agent's call has the operation ID derived from this request, "
+                "tool and arguments: send an operation_id of your own",
+            )
         digest = prepared.digest
         # a proposal under the ID an operator's edit renamed: the proposal the operator
         # edited is this call as edited (never its pre-edit arguments again)

@@ -258,3 +258,52 @@ class BlindRetryTests(TrustedSettlementTests):
         item.refresh_from_db()
         self.assertEqual(item.agent_retries, 0)
         self.assertFalse(ReviewAudit.objects.filter(item=item, action="agent_retry").exists())
+
+
+class ReproposalTests(BoundaryTestCase):
+    """A proposal naming another agent's operation ID is answered as if that ID named no
+    call of this agent, and never touches the stored call (found by re-proposing an
+    owner's IDs with a tool that does not exist, through the gate and the events API)."""
+
+    def owners_call(self) -> tuple[str, dict]:
+        self.owner.put("/api/v1/tools/transfer", TRANSFER, format="json")
+        proposed = proposal("transfer", {"amount": 5}, request_id="r1")
+        self.events(self.owner, proposed)
+        op = self.event_status(self.owner, proposed)["answer"]["operation_id"]
+        call = ToolCall.objects.get(operation_id=op)
+        return op, {f: getattr(call, f) for f in ("state", "reason", "route", "observation")}
+
+    def assert_untouched(self, op: str, before: dict) -> None:
+        call = ToolCall.objects.get(operation_id=op)
+        self.assertEqual({f: getattr(call, f) for f in before}, before)
+        self.assertEqual(call.events.filter(kind="proposed").count(), 1)  # the owner's alone
+
+    def test_through_the_events_api(self):
+        op, before = self.owners_call()
+        for call in (
+            {"tool": "no_such_tool", "arguments": {}},
+            {"tool": "transfer", "arguments": {"amount": 5}},
+        ):
+            event = make_event("proposed", format="plain", operation_id=op, call=call)
+            self.events(self.rogue, event)
+            answer = self.event_status(self.rogue, event)
+            self.assertEqual(answer["status"], "rejected", answer)
+            self.assertEqual(answer["errors"][0]["loc"], "operation_id")
+            self.assertIn("for this agent", answer["errors"][0]["msg"])
+        self.assert_untouched(op, before)
+
+    def test_through_the_gate(self):
+        op, before = self.owners_call()
+        response = self.rogue.post(
+            "/api/v1/calls",
+            {
+                "format": "plain",
+                "operation_id": op,
+                "call": {"tool": "no_such_tool", "arguments": {}},
+            },
+            format="json",
+        )
+        self.assertEqual(response.status_code, 409, response.content)
+        self.assertEqual(response.json()["errors"][0]["loc"], "operation_id")
+        self.assertNotIn(before["observation"] or "<none>", response.content.decode())
+        self.assert_untouched(op, before)
