@@ -8,6 +8,7 @@ Every error answers ``{"error": "…", "errors": [{"loc": "field.path", "msg": "
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -531,7 +532,9 @@ class CallsApi(APIView):
             "Keyset pagination on (created_at, id): pass `next_cursor` back as `cursor` for the next "
             "(older) page; pages stay stable while new calls arrive. Each item has the shape of "
             "`GET /api/v1/calls/{operation_id}`. Filters combine with AND; an unknown parameter or a "
-            "bad value is a 400 whose `errors[].loc` names it. A key lists only its own project's calls. "
+            "bad value is a 400 whose `errors[].loc` names it. A key lists only its own agent's calls "
+            "(as `GET /api/v1/calls/{operation_id}` reads only them): another agent's, by `agent` or "
+            "not, are never listed. "
             "The same filters as the calls page (`/p/<project>/calls/`)."
         ),
         parameters=CALLS_LIST_PARAMETERS,
@@ -543,7 +546,12 @@ class CallsApi(APIView):
         if errors:
             return _error(f"Invalid parameter {errors[0]['loc']}: {errors[0]['msg']}", errors)
         page = selectors.calls_page(
-            project=principal.project, filters=filters, before=cursor, size=limit, detail=True
+            project=principal.project,
+            # the key's agent's calls alone (an `agent` name or search naming another: none)
+            filters=dataclasses.replace(filters, agent=principal.agent.pk),
+            before=cursor,
+            size=limit,
+            detail=True,
         )
         return Response(
             {"items": [call_detail(call) for call in page.rows], "next_cursor": page.older}
@@ -632,7 +640,8 @@ class EventDetailApi(APIView):
             "`pending` until then; `applied` with the answer as this event left the call (reason, category, "
             "route, verdict, observation, state; attempts, receipt and decision are the call's now); or `rejected` with the "
             "errors when the rules refused it (an attempt for an unknown call, a transition the call's state "
-            "does not allow). Poll with a short backoff while `pending`."
+            "does not allow). Poll with a short backoff while `pending`. Another agent's event answers "
+            "404, as one never received."
         ),
         parameters=[
             OpenApiParameter(
@@ -652,7 +661,7 @@ class EventDetailApi(APIView):
             return _error(
                 "Invalid event_id: must be a UUID.", [{"loc": "event_id", "msg": "must be a UUID"}]
             )
-        found = event_answer(principal.project, key)
+        found = event_answer(principal.project, key, agent=principal.agent)
         if found is None:
             raise Http404
         return Response(found)

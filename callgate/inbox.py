@@ -780,8 +780,12 @@ def inbox_lag_seconds(project: Project, *, now: datetime | None = None) -> float
     return max(((now or timezone.now()) - oldest).total_seconds(), 0.0)
 
 
-def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
-    """Where one received event stands, or ``None`` when this project never received it:
+def event_answer(
+    project: Project, event_id: uuid.UUID, *, agent: Agent | None = None
+) -> dict | None:
+    """Where one received event stands, or ``None`` when this project never received it
+    (with ``agent``: when that agent never sent it; another agent's event, its answer and
+    receipt included, is no agent's to read):
     ``{"event_id", "status", "errors", "answer"}`` with status ``pending`` (in the inbox),
     ``rejected`` (refused by the rules when applied; ``errors`` say why) or ``applied``
     (``answer``: the ``CallAnswer`` as this event left the call: its reason, category, route,
@@ -790,16 +794,17 @@ def event_answer(project: Project, event_id: uuid.UUID) -> dict | None:
     For a ``turn`` event (kind ``turn``): ``calls``, one such answer per call of the turn, in
     order, and ``answer`` is the first's."""
     for _ in range(2):  # a drain may apply the row between the two look-ups: look again
-        found = _event_answer_once(project, event_id)
+        found = _event_answer_once(project, event_id, agent)
         if found is not None:
             return found
     return None
 
 
-def _event_answer_once(project: Project, event_id: uuid.UUID) -> dict | None:
+def _event_answer_once(project: Project, event_id: uuid.UUID, agent: Agent | None) -> dict | None:
+    mine = Q(call__agent=agent) if agent is not None else Q()
     event = (
         CallEvent.objects.select_related("call__contract")
-        .filter(project=project, event_id=event_id)
+        .filter(mine, project=project, event_id=event_id)
         .first()
     )
     if event is not None:
@@ -815,7 +820,9 @@ def _event_answer_once(project: Project, event_id: uuid.UUID) -> dict | None:
         }
         return _applied(event_id, [event] + [parts[i] for i in ids[1:] if i in parts])
     row = (
-        InboxEvent.objects.filter(project=project, event_id=event_id)
+        InboxEvent.objects.filter(
+            Q(agent=agent) if agent is not None else Q(), project=project, event_id=event_id
+        )
         .only("status", "errors", "body")
         .first()
     )
@@ -1015,7 +1022,7 @@ def _settle_once(*, project: Project, agent: Agent, event: Any) -> dict:
         outcome = settle_pending(project, event, agent=agent)
         if outcome is not None and outcome.recorded:
             return _applied(event.event_id, list(outcome.recorded))
-        found = event_answer(project, event.event_id)
+        found = event_answer(project, event.event_id, agent=agent)
     if found is None:
         raise EventRefused("reused", [{"loc": "event_id", "msg": "already used"}])
     return found

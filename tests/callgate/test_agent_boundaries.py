@@ -307,3 +307,32 @@ class ReproposalTests(BoundaryTestCase):
         self.assertEqual(response.json()["errors"][0]["loc"], "operation_id")
         self.assertNotIn(before["observation"] or "<none>", response.content.decode())
         self.assert_untouched(op, before)
+
+
+class ReadBoundaryTests(BoundaryTestCase):
+    """A key reads only its own agent's calls and events, on every read endpoint."""
+
+    def test_the_calls_list_holds_only_the_keys_agents_calls(self):
+        self.owner.put("/api/v1/tools/transfer", TRANSFER, format="json")
+        self.events(self.owner, proposal("transfer", {"amount": 5}, request_id="r1"))
+        self.rogue.put("/api/v1/tools/transfer", TRANSFER, format="json")
+        self.events(self.rogue, proposal("transfer", {"amount": 7}, request_id="r2"))
+        owner_agent = ToolCall.objects.get(request_id="r1").agent
+        for client, request_id in ((self.owner, "r1"), (self.rogue, "r2")):
+            items = client.get("/api/v1/calls").json()["items"]
+            self.assertEqual([item["request_id"] for item in items], [request_id])
+        # naming the other agent lists nothing, as a filter or in a search
+        for query in (f"agent={owner_agent.name}", f"q=agent:{owner_agent.name}"):
+            response = self.rogue.get(f"/api/v1/calls?{query}")
+            self.assertEqual(response.status_code, 200, response.content)
+            self.assertEqual(response.json()["items"], [], query)
+
+    def test_another_agents_event_answers_404(self):
+        self.owner.put("/api/v1/tools/transfer", TRANSFER, format="json")
+        proposed = proposal("transfer", {"amount": 5}, request_id="r1")
+        rejected = make_event("attempt", operation_id="op-none", sent=True, outcome="success")
+        self.events(self.owner, proposed, rejected)
+        for event in (proposed, rejected):
+            path = f"/api/v1/events/{event['event_id']}"
+            self.assertEqual(self.owner.get(path).status_code, 200)
+            self.assertEqual(self.rogue.get(path).status_code, 404, self.rogue.get(path).content)
