@@ -35,6 +35,11 @@ def enqueue_on_commit(task: str, *args: object, **kwargs: object) -> None:
     nothing already committed is lost and no request fails after its commit."""
 
     def send() -> None:
+        if task not in app.tasks:
+            # a process that never imported the task modules (the embedded default's web
+            # server while the demo seeds, a test): without its task, an eager signature
+            # goes to the broker there is not ("AlwaysEagerIgnored"), and the work is lost
+            app.loader.import_default_modules()
         try:
             app.signature(task, args=args, kwargs=kwargs).delay()
         except Exception:  # the broker is unreachable: the sweepers catch up
