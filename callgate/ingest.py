@@ -821,11 +821,7 @@ class _Batch:
             # Already being handled (outcome unknown, a human decides, approved and about to
             # run): answer where it stands. Never a second execution while the first's
             # outcome is unknown.
-            current = cls.Verdict(
-                reason=Reason(call.reason) if call.reason else None,
-                route=Route(call.route or Route.PROCEED),
-                observation=call.observation,
-            )
+            current = _current(call)
             return self._record(call, event, current, state_before, change=False, body=body)
         existing = None
         # a call refused at the gate for its arguments may be corrected under its operation ID
@@ -897,11 +893,7 @@ class _Batch:
         name = proposal.tool or "the tool"
         call = self.calls.get(prepared.operation_id)
         if call is not None:  # the same turn sent again: recorded, changes nothing
-            current = cls.Verdict(
-                reason=Reason(call.reason) if call.reason else None,
-                route=Route(call.route or Route.PROCEED),
-                observation=call.observation,
-            )
+            current = _current(call)
             return self._record(call, event, current, call.state, change=False, body=body)
         view = _no_contract_view(name)
         attempt = cls.Attempt(
